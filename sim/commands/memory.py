@@ -1,0 +1,47 @@
+"""`sim memory`: how a DRAM budget splits into resident parts and the neuron cache."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sim.profiles.memory import DEFAULT_CONTEXT_TOKENS, plan_memory
+from sim.profiles.registry import load_device, load_model
+from sim.units import format_bytes
+
+
+def register(app: typer.Typer) -> None:
+    app.command("memory")(memory)
+
+
+def memory(
+    device: str = typer.Option("oneplus-12", "--device", help="Device name or YAML path."),
+    model: str = typer.Option("turbosparse-mixtral-47b", "--model", help="Model name or YAML path."),
+    memory_budget: str | None = typer.Option(None, "--memory-budget",
+                                             help="DRAM budget: 7GB, 12GiB or 50% of the model's weights."),
+    offload: float | None = typer.Option(None, "--offload", help="Fraction of FFN weights kept only on flash."),
+    weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="fp32, fp16, int8 or int4."),
+    context_tokens: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context-tokens", help="KV-cache length."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """Show the DRAM breakdown for a model on a device at a budget or offload fraction."""
+    from sim.commands.common import check_dtype
+
+    plan = plan_memory(load_model(model), load_device(device), budget=memory_budget, offload=offload,
+                       weights_dtype=check_dtype(weights_dtype), context_tokens=context_tokens)
+    if json_out:
+        print(json.dumps(plan.to_dict(), indent=2))
+        return
+    table = Table("component", "bytes", "GB", "share of budget",
+                  title=f"{plan.model} on {plan.device}, {plan.weights_dtype}, budget {format_bytes(plan.budget_bytes)}")
+    for row in plan.rows():
+        table.add_row(str(row["component"]), f"{row['bytes']:,}", f"{row['bytes'] / 1e9:.3f}",
+                      f"{row['share_of_budget']:.1%}")
+    console = Console()
+    console.print(table)
+    console.print(f"neuron cache holds {plan.ffn_resident_fraction:.2%} of the FFN weights "
+                  f"({format_bytes(plan.ffn_bytes)}); {plan.cache_neurons:,} neurons of "
+                  f"{plan.neuron_dram_bytes:,} B; flash read per neuron {plan.neuron_flash_bytes:,} B")

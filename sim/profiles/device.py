@@ -1,0 +1,198 @@
+"""Device profiles: the hardware a simulation runs on, described physically.
+
+A profile lists what was measured or published for one device (CPU clusters, GPU, NPU,
+DRAM, storage); the hardware models in :mod:`sim.hw` derive service times from it and
+nothing else. Every number in a bundled YAML file carries a comment naming its source or
+saying ``assumed`` and why; curves record the range they were measured over so the
+simulator can warn when asked to extrapolate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from sim.profiles.validation import ByteSize, Strict
+
+Positive = Field(gt=0)
+Fraction = Field(ge=0, le=1)
+
+
+class CurvePoint(Strict):
+    """One point of a throughput curve: requests of ``block`` bytes reach ``gbps`` GB/s."""
+
+    block: ByteSize
+    gbps: float = Field(gt=0)
+
+
+class RangePoint(Strict):
+    """Random reads spread over ``span`` bytes of the device run at ``factor`` x nominal."""
+
+    span: ByteSize
+    factor: float = Field(gt=0, le=1.5)
+
+
+def _sorted_blocks(points: list[CurvePoint]) -> list[CurvePoint]:
+    blocks = [p.block for p in points]
+    if blocks != sorted(blocks) or len(set(blocks)) != len(blocks):
+        raise ValueError("points must have strictly increasing block sizes")
+    return points
+
+
+class CpuCluster(Strict):
+    """Identical cores sharing a frequency domain."""
+
+    name: str
+    core: str = ""  # micro-architecture, e.g. Cortex-X4
+    cores: int = Field(ge=1, le=64)
+    freq_ghz: float = Field(gt=0, le=10)
+    # Dense fp32 GEMM throughput of one core (FMA lanes x 2 x GHz x achieved efficiency).
+    fp32_gflops: float = Field(gt=0)
+    # Integer dot-product throughput of one core (int8/int4 kernels, e.g. SDOT/SMMLA).
+    int8_gops: float = Field(gt=0)
+    # DRAM bandwidth one core can pull on its own streaming weights (GEMV is bound by it).
+    mem_gbps: float = Field(gt=0)
+    # 4 KiB random-read throughput when this core issues the I/O (it runs the UFS driver).
+    io_4k_gbps: float = Field(gt=0)
+    # Power while busy, for energy estimates (optional).
+    active_w: float | None = Field(default=None, gt=0)
+
+
+class CpuProfile(Strict):
+    clusters: list[CpuCluster] = Field(min_length=1)
+    # Bandwidth all CPU cores together reach (measured); below the sum of per-core values.
+    mem_gbps: float = Field(gt=0)
+
+    @field_validator("clusters")
+    @classmethod
+    def _unique_names(cls, clusters: list[CpuCluster]) -> list[CpuCluster]:
+        names = [c.name for c in clusters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"cluster names must be unique, got {names}")
+        return clusters
+
+    @property
+    def total_cores(self) -> int:
+        return sum(c.cores for c in self.clusters)
+
+    def cluster(self, name: str) -> CpuCluster:
+        for c in self.clusters:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+
+class EfficiencyPoint(Strict):
+    """At ``batch`` rows per matrix product the unit reaches ``efficiency`` x its peak."""
+
+    batch: int = Field(ge=1)
+    efficiency: float = Field(gt=0, le=1)
+
+
+class Accelerator(Strict):
+    """A GPU or NPU: a roofline (peak ops, bandwidth) scaled by a batch-efficiency curve."""
+
+    name: str
+    fp16_tflops: float = Field(gt=0)
+    int8_tops: float = Field(gt=0)
+    mem_gbps: float = Field(gt=0)  # DRAM bandwidth this agent reaches alone
+    # Fixed cost of each kernel launch (GPU) or graph switch / submission (NPU).
+    launch_overhead_us: float = Field(ge=0)
+    efficiency: list[EfficiencyPoint] = Field(min_length=1)
+    # False: sparse (gathered-row) kernels run no faster than dense ones on this unit.
+    sparse_kernels: bool = False
+    active_w: float | None = Field(default=None, gt=0)
+
+    @field_validator("efficiency")
+    @classmethod
+    def _increasing(cls, pts: list[EfficiencyPoint]) -> list[EfficiencyPoint]:
+        batches = [p.batch for p in pts]
+        if batches != sorted(set(batches)):
+            raise ValueError("efficiency points must have strictly increasing batch")
+        return pts
+
+
+class DramProfile(Strict):
+    type: str = ""
+    total_bytes: ByteSize
+    usable_bytes: ByteSize  # what one app may hold before the OS kills it
+    peak_gbps: float = Field(gt=0)  # theoretical (channels x width x rate)
+    # Achieved bandwidth when several agents stream at once (measured, e.g. CPU+NPU).
+    combined_gbps: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _usable_fits(self) -> DramProfile:
+        if self.usable_bytes > self.total_bytes:
+            raise ValueError("usable_bytes must not exceed total_bytes")
+        if self.combined_gbps > self.peak_gbps:
+            raise ValueError("combined_gbps must not exceed peak_gbps")
+        return self
+
+
+class StorageProfile(Strict):
+    type: str  # "UFS 4.0", "NVMe"
+    capacity_bytes: ByteSize | None = None
+    page_bytes: ByteSize = 4096  # smallest read; bundles are padded to it
+    # Throughput by request size at full queue, sequential and random (random: within
+    # a small span; see range_effect).
+    seq_read: list[CurvePoint] = Field(min_length=2)
+    rand_read: list[CurvePoint] = Field(min_length=2)
+    # Random-read throughput relative to rand_read as the span of addresses grows.
+    range_effect: list[RangePoint] = Field(default_factory=list)
+    queue_depth: int = Field(ge=1, le=1024)
+    command_queues: int = Field(ge=1, le=64)  # UFS: 1; NVMe: many
+    read_latency_us: float = Field(gt=0)  # one 4 KiB read at queue depth 1
+    # Throughput lost when several cores issue reads at once (0.4 = up to 40% lost).
+    multi_issuer_penalty: float = Field(ge=0, lt=1)
+    active_w: float | None = Field(default=None, gt=0)
+
+    _check_seq = field_validator("seq_read")(classmethod(lambda cls, v: _sorted_blocks(v)))
+    _check_rand = field_validator("rand_read")(classmethod(lambda cls, v: _sorted_blocks(v)))
+
+    @field_validator("range_effect")
+    @classmethod
+    def _spans(cls, pts: list[RangePoint]) -> list[RangePoint]:
+        spans = [p.span for p in pts]
+        if spans != sorted(set(spans)):
+            raise ValueError("range_effect points must have strictly increasing span")
+        return pts
+
+
+class PowerProfile(Strict):
+    idle_w: float = Field(ge=0)
+    dram_w_per_gbps: float = Field(ge=0)  # DRAM traffic energy
+
+
+class DeviceProfile(Strict):
+    """One device. ``name`` is how the CLI refers to it."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
+    description: str = ""
+    soc: str = ""
+    kind: Literal["phone", "laptop", "tablet"] = "phone"
+    cpu: CpuProfile
+    gpu: Accelerator | None = None
+    npu: Accelerator | None = None
+    dram: DramProfile
+    storage: StorageProfile
+    power: PowerProfile | None = None
+
+    @model_validator(mode="after")
+    def _agents_below_peak(self) -> DeviceProfile:
+        for label, agent in (("cpu", self.cpu), ("gpu", self.gpu), ("npu", self.npu)):
+            if agent is not None and agent.mem_gbps > self.dram.peak_gbps:
+                raise ValueError(f"{label}.mem_gbps {agent.mem_gbps} exceeds dram.peak_gbps "
+                                 f"{self.dram.peak_gbps}")
+        return self
+
+
+BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "device_profiles"
+
+
+def load_device(ref: str | Path | DeviceProfile) -> DeviceProfile:
+    """Load a bundled device by name or a user's YAML by path (see sim.profiles.registry)."""
+    from sim.profiles.registry import load_device as _load_device
+
+    return _load_device(ref)

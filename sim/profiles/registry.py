@@ -1,0 +1,92 @@
+"""Resolve profile names to bundled YAML files, or load a user's file by path.
+
+A name (``oneplus-12``) resolves to a bundled profile; anything with a path separator or
+a ``.yaml``/``.yml`` suffix is a user's file.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel
+
+from sim.errors import SimError
+from sim.profiles.device import BUNDLED_DIR as DEVICE_DIR
+from sim.profiles.device import DeviceProfile
+from sim.profiles.model import BUNDLED_DIR as MODEL_DIR
+from sim.profiles.model import ModelProfile
+from sim.profiles.validation import validate
+from sim.profiles.yamlio import load_yaml_file
+
+P = TypeVar("P", bound=BaseModel)
+KINDS: dict[str, tuple[type[BaseModel], Path]] = {
+    "device": (DeviceProfile, DEVICE_DIR),
+    "model": (ModelProfile, MODEL_DIR),
+}
+
+
+def bundled_names(kind: str) -> list[str]:
+    _, folder = KINDS[kind]
+    return sorted(p.stem for p in folder.glob("*.yaml"))
+
+
+def _is_path(ref: str) -> bool:
+    return "/" in ref or "\\" in ref or ref.endswith((".yaml", ".yml"))
+
+
+def resolve_path(kind: str, ref: str | Path) -> Path:
+    """The file a name or path refers to; unknown names list what exists."""
+    ref_text = str(ref)
+    if isinstance(ref, Path) or _is_path(ref_text):
+        return Path(ref_text)
+    _, folder = KINDS[kind]
+    path = folder / f"{ref_text}.yaml"
+    if not path.is_file():
+        raise SimError(f"unknown {kind} {ref_text!r}; bundled {kind}s: {', '.join(bundled_names(kind))} "
+                       "(or give a path to a YAML file)", field=f"--{kind}")
+    return path
+
+
+def load_profile_file(kind: str, path: Path) -> BaseModel:
+    """Load and validate one YAML profile of the given kind."""
+    model_cls, _ = KINDS[kind]
+    data = load_yaml_file(path)
+    return validate(model_cls, data, str(path))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached(kind: str, path: str, mtime: float) -> BaseModel:
+    return load_profile_file(kind, Path(path))
+
+
+def load_device(ref: str | Path | DeviceProfile) -> DeviceProfile:
+    if isinstance(ref, DeviceProfile):
+        return ref
+    path = resolve_path("device", ref)
+    return _load(path, "device")  # type: ignore[return-value]
+
+
+def load_model(ref: str | Path | ModelProfile) -> ModelProfile:
+    if isinstance(ref, ModelProfile):
+        return ref
+    path = resolve_path("model", ref)
+    return _load(path, "model")  # type: ignore[return-value]
+
+
+def _load(path: Path, kind: str) -> BaseModel:
+    if not path.is_file():
+        raise SimError("no such file", source=str(path))
+    return _cached(kind, str(path.resolve()), path.stat().st_mtime)
+
+
+def detect_kind(path: Path) -> str:
+    """Guess a file's kind from its top-level keys (for `sim profiles validate`)."""
+    data = load_yaml_file(path)
+    if "cpu" in data or "storage" in data or "dram" in data:
+        return "device"
+    if "n_layers" in data or "ffn_dim" in data or "hidden" in data:
+        return "model"
+    raise SimError("cannot tell whether this is a device or a model profile (a device has "
+                   "cpu/dram/storage sections, a model has n_layers/hidden/ffn_dim)", source=str(path))

@@ -1,0 +1,73 @@
+"""Turn pydantic validation failures into the project's one-line errors.
+
+Pydantic reports every problem as a multi-line block; users editing a YAML profile need
+the first problem, its dotted field path and what is allowed, on one line.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+
+from sim.errors import SimError
+from sim.units import parse_bytes
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Strict(BaseModel):
+    """Base for profile sections: unknown keys are errors (they are usually typos)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+def _bytes(value: Any) -> int:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            return parse_bytes(value)
+        except SimError as exc:
+            raise ValueError(exc.detail) from None
+    raise ValueError(f"expected a size such as 12GB or 512KiB, got {value!r}")
+
+
+ByteSize = Annotated[int, BeforeValidator(_bytes)]
+"""Bytes, written in YAML as ``24GB``, ``512KiB`` or a plain integer."""
+
+
+def _describe(err: dict[str, Any]) -> str:
+    kind = err.get("type", "")
+    ctx = err.get("ctx") or {}
+    got = err.get("input")
+    got_text = repr(got) if not isinstance(got, dict | list) else type(got).__name__
+    if len(got_text) > 60:
+        got_text = got_text[:57] + "..."
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown field (typo?); remove it or check the schema with `sim profiles schema`"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
+              "less_than_equal": "<="}[kind]
+        bound = next(iter(ctx.values())) if ctx else "?"
+        return f"must be {op} {bound}, got {got_text}"
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected', '?')}, got {got_text}"
+    if kind.endswith("_type") or kind.endswith("_parsing"):
+        want = kind.replace("_parsing", "").replace("_type", "")
+        return f"must be a {want}, got {got_text}"
+    msg = str(err.get("msg", "invalid value"))
+    msg = msg.removeprefix("Value error, ")
+    return f"{msg} (got {got_text})"
+
+
+def validate(model: type[M], data: Any, source: str) -> M:
+    """Validate ``data`` against ``model``; raise a one-line SimError on the first problem."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        path = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "(top level)"
+        more = len(exc.errors()) - 1
+        suffix = f" (+{more} more problem{'s' if more > 1 else ''})" if more else ""
+        raise SimError(_describe(err) + suffix, source=source, field=path) from None

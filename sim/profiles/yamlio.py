@@ -1,0 +1,112 @@
+"""Strict YAML reading for user-editable profiles.
+
+PyYAML's ``safe_load`` accepts duplicate keys silently (the last wins), expands aliases
+without limit (a "billion laughs" document takes minutes and gigabytes) and reports
+errors as multi-line tracebacks. Profiles are hand-edited, so each of those becomes a
+one-line :class:`~sim.errors.SimError` naming the file and the place instead.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sim.errors import SimError
+
+MAX_ALIASES = 100
+MAX_FILE_BYTES = 4 * 2**20
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that rejects duplicate keys, explicit tags and alias bombs."""
+
+    def __init__(self, stream: str, source: str):
+        super().__init__(stream)
+        self.source = source
+        self.alias_count = 0
+
+    def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
+        if self.check_event(yaml.AliasEvent):
+            self.alias_count += 1
+            if self.alias_count > MAX_ALIASES:
+                mark = self.peek_event().start_mark
+                raise SimError(f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases "
+                               "(alias expansion bomb?); write values out", source=self.source)
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
+        if not isinstance(node, yaml.MappingNode):
+            return super().construct_mapping(node, deep=deep)
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                hash(key)
+            except TypeError:
+                raise SimError(f"line {key_node.start_mark.line + 1}: a mapping key must be a plain value",
+                               source=self.source) from None
+            if key in seen:
+                raise SimError(f"line {key_node.start_mark.line + 1}: duplicate key {key!r} "
+                               f"(first at line {seen[key]}); each key may appear once", source=self.source,
+                               field=str(key))
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _reject_tag(loader: _StrictLoader, suffix: str, node: yaml.Node) -> Any:
+    raise SimError(f"line {node.start_mark.line + 1}: YAML tag {node.tag!r} is not allowed; "
+                   "profiles hold plain values only", source=loader.source)
+
+
+_StrictLoader.add_multi_constructor("!", _reject_tag)
+_StrictLoader.add_multi_constructor("tag:", _reject_tag)
+# Timestamps would turn `date: 2024-06-01` into datetime objects pydantic cannot check.
+_StrictLoader.yaml_implicit_resolvers = {
+    k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
+    for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def load_yaml_text(text: str, source: str) -> dict[str, Any]:
+    """Parse one YAML document that must be a non-empty mapping."""
+    if not text.strip():
+        raise SimError("file is empty; expected a YAML mapping", source=source)
+    loader = _StrictLoader(text, source)
+    try:
+        if not loader.check_node():
+            raise SimError("file holds no YAML document; expected a mapping", source=source)
+        node = loader.get_node()
+        if loader.check_node():
+            raise SimError("file holds more than one YAML document; expected exactly one", source=source)
+        data = loader.construct_document(node)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise SimError(f"{where}malformed YAML: {exc.problem or exc.context}", source=source) from None
+    except yaml.YAMLError as exc:
+        raise SimError(f"malformed YAML: {' '.join(str(exc).split())}", source=source) from None
+    except RecursionError:
+        raise SimError("YAML nesting too deep", source=source) from None
+    finally:
+        loader.dispose()
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
+        raise SimError(f"top level is {kind}; expected a mapping of fields", source=source)
+    return data
+
+
+def load_yaml_file(path: Path) -> dict[str, Any]:
+    """Read and parse a YAML profile, with size and encoding checks."""
+    source = str(path)
+    if not path.is_file():
+        raise SimError("no such file", source=source)
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise SimError(f"file is {size} bytes; profiles must be under {MAX_FILE_BYTES} bytes", source=source)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise SimError("file is not UTF-8 text", source=source) from None
+    return load_yaml_text(text, source)

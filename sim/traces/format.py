@@ -1,0 +1,361 @@
+"""The activation-trace format every other part of the simulator reads.
+
+A trace records, for each token and layer, which experts the router chose and which FFN
+neurons fired in each chosen expert (dense models have one expert, ``top_k = 1``), and
+optionally which neurons the predictor expected. It is the contract between the numpy
+inference core / synthetic generator (writers) and the cache and engine (readers).
+
+Layout (one compressed ``.npz``, format version 1):
+
+- ``meta``: UTF-8 JSON of :class:`TraceMeta`.
+- Rows are ``(token, layer, slot)`` with ``slot < top_k``; row index
+  ``r = (t * n_layers + l) * top_k + slot`` *within a chunk* (t relative to the chunk).
+- Tokens are stored in chunks of ``meta.chunk_tokens`` consecutive tokens. Chunk ``c``
+  has members ``c{c:05d}_offsets`` (int64, n_rows + 1, starts at 0, non-decreasing),
+  ``c{c:05d}_ids`` (int32 neuron ids, each row's ids sorted ascending and unique),
+  ``c{c:05d}_experts`` (int16, shape (tokens, n_layers, top_k)), and when the trace has
+  predictions ``c{c:05d}_pred_offsets`` / ``c{c:05d}_pred_ids`` of the same form.
+
+Chunks are separate zip members, so a reader touches one chunk at a time: a 10k-token
+Mixtral-47B trace (~10^9 ids) never has to be in memory at once. The writer streams
+chunks into the zip, so producing one does not need it in memory either.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from sim.errors import SimError
+
+FORMAT_VERSION = 1
+SOURCES = ("recorded", "synthetic")
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """What a trace is of: model dimensions, provenance and predictor quality."""
+
+    model: str
+    n_layers: int
+    n_neurons: int  # FFN neurons per expert (the FFN width for dense models)
+    hidden: int
+    n_experts: int = 1
+    top_k: int = 1
+    n_tokens: int = 0
+    prompt_tokens: int = 0  # the first prompt_tokens tokens are prefill, the rest decode
+    source: str = "synthetic"
+    seed: int | None = None
+    chunk_tokens: int = 64
+    has_predictions: bool = False
+    activation_threshold: float | None = None  # for GELU/SiLU models: |act| > threshold
+    predictor: dict[str, Any] = field(default_factory=dict)  # recall, precision, ...
+    extra: dict[str, Any] = field(default_factory=dict)
+    version: int = FORMAT_VERSION
+
+    @property
+    def rows_per_token(self) -> int:
+        return self.n_layers * self.top_k
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, source: str) -> TraceMeta:
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise SimError(f"metadata is not valid JSON ({exc.msg})", source=source, field="meta") from None
+        if not isinstance(raw, dict):
+            raise SimError("metadata must be a JSON object", source=source, field="meta")
+        version = raw.get("version")
+        if version != FORMAT_VERSION:
+            raise SimError(
+                f"unsupported trace format version {version!r}; this simulator reads version {FORMAT_VERSION}",
+                source=source, field="meta.version",
+            )
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise SimError(f"unknown metadata keys {unknown}", source=source, field="meta")
+        try:
+            meta = cls(**raw)
+        except TypeError as exc:
+            raise SimError(f"incomplete metadata ({exc})", source=source, field="meta") from None
+        meta.check(source)
+        return meta
+
+    def check(self, source: str = "<trace>") -> None:
+        """Raise a one-line SimError if the metadata is inconsistent."""
+        positive = {"n_layers": self.n_layers, "n_neurons": self.n_neurons, "hidden": self.hidden,
+                    "n_experts": self.n_experts, "top_k": self.top_k, "chunk_tokens": self.chunk_tokens}
+        for name, value in positive.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SimError(f"must be a positive integer, got {value!r}", source=source, field=f"meta.{name}")
+        if self.top_k > self.n_experts:
+            raise SimError(f"top_k {self.top_k} exceeds n_experts {self.n_experts}", source=source, field="meta.top_k")
+        if not isinstance(self.n_tokens, int) or self.n_tokens < 0:
+            raise SimError(f"must be an integer >= 0, got {self.n_tokens!r}", source=source, field="meta.n_tokens")
+        if not isinstance(self.prompt_tokens, int) or not 0 <= self.prompt_tokens <= self.n_tokens:
+            raise SimError(f"must be in [0, n_tokens={self.n_tokens}], got {self.prompt_tokens!r}",
+                           source=source, field="meta.prompt_tokens")
+        if self.source not in SOURCES:
+            raise SimError(f"must be one of {list(SOURCES)}, got {self.source!r}", source=source, field="meta.source")
+        if self.n_neurons > np.iinfo(np.int32).max:
+            raise SimError("n_neurons does not fit int32 ids", source=source, field="meta.n_neurons")
+
+
+@dataclass
+class TraceChunk:
+    """Consecutive tokens ``[start, start + n_tokens)`` of a trace, as CSR arrays."""
+
+    start: int
+    offsets: np.ndarray  # int64, rows + 1
+    ids: np.ndarray  # int32
+    experts: np.ndarray  # int16, (tokens, n_layers, top_k)
+    pred_offsets: np.ndarray | None = None
+    pred_ids: np.ndarray | None = None
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.experts.shape[0])
+
+    def row(self, t: int, layer: int, slot: int = 0) -> int:
+        """Row index of absolute token ``t`` (which must lie in this chunk)."""
+        n_layers, top_k = self.experts.shape[1], self.experts.shape[2]
+        return ((t - self.start) * n_layers + layer) * top_k + slot
+
+    def active(self, t: int, layer: int, slot: int = 0) -> np.ndarray:
+        r = self.row(t, layer, slot)
+        return self.ids[self.offsets[r]:self.offsets[r + 1]]
+
+    def predicted(self, t: int, layer: int, slot: int = 0) -> np.ndarray:
+        if self.pred_offsets is None or self.pred_ids is None:
+            raise SimError("trace has no predicted sets", field="pred_ids")
+        r = self.row(t, layer, slot)
+        return self.pred_ids[self.pred_offsets[r]:self.pred_offsets[r + 1]]
+
+    def counts(self) -> np.ndarray:
+        """Active neurons per row, shaped (tokens, n_layers, top_k)."""
+        return np.diff(self.offsets).reshape(self.experts.shape)
+
+
+def check_chunk(chunk: TraceChunk, meta: TraceMeta, source: str = "<trace>") -> None:
+    """Validate one chunk against the metadata; raise a one-line SimError on any defect."""
+    prefix = f"chunk at token {chunk.start}"
+    exp = chunk.experts
+    if exp.ndim != 3 or exp.shape[1:] != (meta.n_layers, meta.top_k):
+        raise SimError(f"{prefix}: experts shape {exp.shape} does not match (tokens, n_layers={meta.n_layers}, "
+                       f"top_k={meta.top_k})", source=source, field="experts")
+    if exp.size and (exp.min() < 0 or exp.max() >= meta.n_experts):
+        raise SimError(f"{prefix}: expert ids must be in [0, {meta.n_experts})", source=source, field="experts")
+    if meta.top_k > 1 and exp.size:
+        srt = np.sort(exp, axis=2)
+        if np.any(srt[:, :, 1:] == srt[:, :, :-1]):
+            raise SimError(f"{prefix}: a token chose the same expert twice in one layer", source=source,
+                           field="experts")
+    n_rows = exp.shape[0] * meta.rows_per_token
+    pairs = [("offsets", "ids", chunk.offsets, chunk.ids)]
+    if meta.has_predictions:
+        if chunk.pred_offsets is None or chunk.pred_ids is None:
+            raise SimError(f"{prefix}: metadata says predictions are present but arrays are missing",
+                           source=source, field="pred_offsets")
+        pairs.append(("pred_offsets", "pred_ids", chunk.pred_offsets, chunk.pred_ids))
+    for off_name, id_name, off, ids in pairs:
+        if off.ndim != 1 or off.shape[0] != n_rows + 1:
+            raise SimError(f"{prefix}: {off_name} has {off.shape[0] if off.ndim == 1 else off.shape} entries, "
+                           f"expected rows + 1 = {n_rows + 1}", source=source, field=off_name)
+        if off[0] != 0 or np.any(np.diff(off) < 0):
+            raise SimError(f"{prefix}: {off_name} must start at 0 and never decrease", source=source,
+                           field=off_name)
+        if off[-1] != ids.shape[0]:
+            raise SimError(f"{prefix}: {off_name} ends at {int(off[-1])} but {id_name} has {ids.shape[0]} entries",
+                           source=source, field=off_name)
+        if ids.size and (ids.min() < 0 or ids.max() >= meta.n_neurons):
+            raise SimError(f"{prefix}: {id_name} must be in [0, n_neurons={meta.n_neurons})", source=source,
+                           field=id_name)
+        if ids.size > 1:
+            # Within a row ids are strictly increasing; a decrease is allowed only at a row start.
+            bad = np.flatnonzero(np.diff(ids) <= 0) + 1
+            starts = np.zeros(ids.shape[0], dtype=bool)
+            starts[off[:-1][np.diff(off) > 0]] = True
+            if bad.size and not np.all(starts[bad]):
+                raise SimError(f"{prefix}: {id_name} within a row must be sorted and unique", source=source,
+                               field=id_name)
+
+
+class Trace:
+    """A trace: metadata plus chunks, held in memory or read lazily from a file.
+
+    Readers iterate :meth:`chunks`; :meth:`load` validates the metadata eagerly and each
+    chunk as it is read, so a corrupt file fails with a one-line :class:`SimError`.
+    """
+
+    def __init__(self, meta: TraceMeta, chunks: list[TraceChunk] | None = None, *, path: Path | None = None):
+        self.meta = meta
+        self._chunks = chunks
+        self.path = path
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_rows(cls, meta: TraceMeta, active: list[np.ndarray], experts: np.ndarray | None = None,
+                  predicted: list[np.ndarray] | None = None) -> Trace:
+        """Build an in-memory trace from one id array per row (row order as in the format)."""
+        n_tokens = len(active) // meta.rows_per_token
+        if experts is None:
+            experts = np.zeros((n_tokens, meta.n_layers, meta.top_k), dtype=np.int16)
+            experts[:] = np.arange(meta.top_k, dtype=np.int16)
+        chunks = []
+        step = meta.chunk_tokens * meta.rows_per_token
+        for c, row0 in enumerate(range(0, len(active), step)):
+            rows = active[row0:row0 + step]
+            t0 = c * meta.chunk_tokens
+            offsets, ids = _csr(rows)
+            pred_offsets = pred_ids = None
+            if predicted is not None:
+                pred_offsets, pred_ids = _csr(predicted[row0:row0 + step])
+            chunks.append(TraceChunk(t0, offsets, ids, np.asarray(experts[t0:t0 + len(rows) // meta.rows_per_token],
+                                                                    dtype=np.int16), pred_offsets, pred_ids))
+        from dataclasses import replace
+        meta = replace(meta, n_tokens=n_tokens, has_predictions=predicted is not None)
+        trace = cls(meta, chunks)
+        for chunk in chunks:
+            check_chunk(chunk, meta)
+        return trace
+
+    @classmethod
+    def load(cls, path: str | Path) -> Trace:
+        """Open a trace file lazily; metadata is validated now, chunks as they are read."""
+        path = Path(path)
+        src = str(path)
+        if not path.is_file():
+            raise SimError("no such trace file", source=src)
+        try:
+            with zipfile.ZipFile(path) as zf:
+                names = set(zf.namelist())
+                if "meta.npy" not in names:
+                    raise SimError("not a trace file: no 'meta' member", source=src, field="meta")
+                with zf.open("meta.npy") as fh:
+                    raw = np.lib.format.read_array(fh, allow_pickle=False)
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError) as exc:
+            raise SimError(f"cannot read trace (truncated or not an .npz trace: {exc})", source=src) from None
+        meta = TraceMeta.from_json(bytes(raw.astype(np.uint8)).decode("utf-8", errors="replace"), src)
+        n_chunks = -(-meta.n_tokens // meta.chunk_tokens)
+        for c in range(n_chunks):
+            for kind in ("offsets", "ids", "experts"):
+                if f"c{c:05d}_{kind}.npy" not in names:
+                    raise SimError(f"member c{c:05d}_{kind} is missing (truncated trace?)", source=src, field=kind)
+        return cls(meta, None, path=path)
+
+    # -- reading ------------------------------------------------------------------------
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.meta.n_tokens // self.meta.chunk_tokens)
+
+    def chunks(self) -> Iterator[TraceChunk]:
+        """Yield chunks in token order, reading each from disk only when asked for."""
+        if self._chunks is not None:
+            yield from self._chunks
+            return
+        assert self.path is not None
+        src = str(self.path)
+        try:
+            with zipfile.ZipFile(self.path) as zf:
+                for c in range(self.n_chunks):
+                    chunk = _read_chunk(zf, c, self.meta)
+                    check_chunk(chunk, self.meta, src)
+                    yield chunk
+        except (zipfile.BadZipFile, EOFError, OSError, ValueError, KeyError) as exc:
+            raise SimError(f"cannot read trace chunk (truncated or corrupt: {exc})", source=src) from None
+
+    def materialise(self) -> Trace:
+        """Return an in-memory copy (all chunks loaded)."""
+        return Trace(self.meta, list(self.chunks()))
+
+    def chunk_for(self, t: int) -> TraceChunk:
+        """The chunk holding absolute token t (loads all chunks if the trace is lazy)."""
+        if self._chunks is None:
+            self._chunks = list(self.chunks())
+        return self._chunks[t // self.meta.chunk_tokens]
+
+    def active(self, t: int, layer: int, slot: int = 0) -> np.ndarray:
+        return self.chunk_for(t).active(t, layer, slot)
+
+    def experts(self, t: int, layer: int) -> np.ndarray:
+        chunk = self.chunk_for(t)
+        return chunk.experts[t - chunk.start, layer]
+
+    def save(self, path: str | Path) -> Path:
+        return save_trace(path, self.meta, self.chunks())
+
+
+def _csr(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+    offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    ids = np.concatenate([np.asarray(r, dtype=np.int32) for r in rows]) if rows else np.zeros(0, np.int32)
+    return offsets, ids.astype(np.int32, copy=False)
+
+
+def _read_chunk(zf: zipfile.ZipFile, c: int, meta: TraceMeta) -> TraceChunk:
+    def arr(kind: str) -> np.ndarray:
+        with zf.open(f"c{c:05d}_{kind}.npy") as fh:
+            return np.lib.format.read_array(fh, allow_pickle=False)
+
+    pred_off = pred_ids = None
+    if meta.has_predictions:
+        names = set(zf.namelist())
+        if f"c{c:05d}_pred_offsets.npy" in names and f"c{c:05d}_pred_ids.npy" in names:
+            pred_off, pred_ids = arr("pred_offsets"), arr("pred_ids")
+    return TraceChunk(c * meta.chunk_tokens, arr("offsets"), arr("ids"), arr("experts"), pred_off, pred_ids)
+
+
+def save_trace(path: str | Path, meta: TraceMeta, chunks: Iterable[TraceChunk]) -> Path:
+    """Stream chunks into a compressed ``.npz``; tokens are counted as they are written.
+
+    The metadata's ``n_tokens`` is set from what was written, and each chunk must hold
+    ``meta.chunk_tokens`` tokens except the last.
+    """
+    from dataclasses import replace
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".part")
+    n_tokens = 0
+    has_pred = None
+    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=6) as zf:
+        last_short = False
+        for c, chunk in enumerate(chunks):
+            if last_short:
+                raise SimError("only the last chunk may hold fewer than chunk_tokens tokens", source=str(path))
+            if chunk.n_tokens != meta.chunk_tokens:
+                last_short = True
+            arrays = {"offsets": chunk.offsets.astype(np.int64, copy=False),
+                      "ids": chunk.ids.astype(np.int32, copy=False),
+                      "experts": chunk.experts.astype(np.int16, copy=False)}
+            chunk_has_pred = chunk.pred_offsets is not None
+            if has_pred is None:
+                has_pred = chunk_has_pred
+            elif has_pred != chunk_has_pred:
+                raise SimError("either every chunk has predicted sets or none does", source=str(path))
+            if chunk_has_pred:
+                arrays["pred_offsets"] = chunk.pred_offsets.astype(np.int64, copy=False)
+                arrays["pred_ids"] = chunk.pred_ids.astype(np.int32, copy=False)
+            for kind, array in arrays.items():
+                with zf.open(f"c{c:05d}_{kind}.npy", "w", force_zip64=True) as fh:
+                    np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
+            n_tokens += chunk.n_tokens
+        final = replace(meta, n_tokens=n_tokens, has_predictions=bool(has_pred),
+                        prompt_tokens=min(meta.prompt_tokens, n_tokens))
+        final.check(str(path))
+        meta_bytes = np.frombuffer(final.to_json().encode("utf-8"), dtype=np.uint8)
+        with zf.open("meta.npy", "w") as fh:
+            np.lib.format.write_array(fh, meta_bytes, allow_pickle=False)
+    tmp.replace(path)
+    return path
