@@ -35,8 +35,8 @@ def memory(
     if json_out:
         print(json.dumps(plan.to_dict(), indent=2))
         return
-    table = Table("component", "bytes", "GB", "share of budget",
-                  title=f"{plan.model} on {plan.device}, {plan.weights_dtype}, budget {format_bytes(plan.budget_bytes)}")
+    title = f"{plan.model} on {plan.device}, {plan.weights_dtype}, budget {format_bytes(plan.budget_bytes)}"
+    table = Table("component", "bytes", "GB", "share of budget", title=title)
     for row in plan.rows():
         table.add_row(str(row["component"]), f"{row['bytes']:,}", f"{row['bytes'] / 1e9:.3f}",
                       f"{row['share_of_budget']:.1%}")

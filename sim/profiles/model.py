@@ -8,7 +8,7 @@ checks them against the published totals so a typo in a dimension cannot go unno
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
@@ -27,7 +27,8 @@ class SparsitySpec(Strict):
     """Published share of FFN neurons active per token (per expert for MoE)."""
 
     mean_active_fraction: float = Field(gt=0, le=1)
-    per_layer: list[float] | None = None  # one fraction per layer when published
+    # one fraction per layer when published, each in (0, 1] like the mean
+    per_layer: list[Annotated[float, Field(gt=0, le=1)]] | None = None
     source: str = Field(min_length=3)
 
 

@@ -19,7 +19,10 @@ M = TypeVar("M", bound=BaseModel)
 class Strict(BaseModel):
     """Base for profile sections: unknown keys are errors (they are usually typos)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    # strict: `cores: true` or `cores: "4"` is a wrong type, not 1 or 4; allow_inf_nan=False:
+    # `.inf` and `.nan` are YAML floats but never a valid bandwidth, size or rate.
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True,
+                              allow_inf_nan=False)
 
 
 def _bytes(value: Any) -> int:
@@ -55,10 +58,11 @@ def _describe(err: dict[str, Any]) -> str:
         return f"must be one of {ctx.get('expected', '?')}, got {got_text}"
     if kind.endswith("_type") or kind.endswith("_parsing"):
         want = kind.replace("_parsing", "").replace("_type", "")
-        return f"must be a {want}, got {got_text}"
+        want = {"model": "mapping of fields", "dict": "mapping", "int": "integer"}.get(want, want)
+        return f"must be {'an' if want[0] in 'aeiou' else 'a'} {want}, got {got_text}"
     msg = str(err.get("msg", "invalid value"))
     msg = msg.removeprefix("Value error, ")
-    return f"{msg} (got {got_text})"
+    return msg if "got " in msg else f"{msg} (got {got_text})"
 
 
 def validate(model: type[M], data: Any, source: str) -> M:
@@ -66,7 +70,9 @@ def validate(model: type[M], data: Any, source: str) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
+        errors = exc.errors()
+        # A misspelt key shows up as "unknown" plus "missing"; the unknown one names the typo.
+        err = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
         path = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "(top level)"
         more = len(exc.errors()) - 1
         suffix = f" (+{more} more problem{'s' if more > 1 else ''})" if more else ""

@@ -16,6 +16,7 @@ import yaml
 from sim.errors import SimError
 
 MAX_ALIASES = 100
+MAX_DEPTH = 64  # PyYAML's scanner is quadratic in flow nesting: stop early, not at RecursionError
 MAX_FILE_BYTES = 4 * 2**20
 
 
@@ -26,6 +27,7 @@ class _StrictLoader(yaml.SafeLoader):
         super().__init__(stream)
         self.source = source
         self.alias_count = 0
+        self.depth = 0
 
     def compose_node(self, parent, index):  # type: ignore[no-untyped-def]
         if self.check_event(yaml.AliasEvent):
@@ -34,7 +36,15 @@ class _StrictLoader(yaml.SafeLoader):
                 mark = self.peek_event().start_mark
                 raise SimError(f"line {mark.line + 1}: more than {MAX_ALIASES} YAML aliases "
                                "(alias expansion bomb?); write values out", source=self.source)
-        return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                mark = self.peek_event().start_mark
+                raise SimError(f"line {mark.line + 1}: YAML nesting deeper than {MAX_DEPTH} levels",
+                               source=self.source)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
     def construct_mapping(self, node, deep=False):  # type: ignore[no-untyped-def]
         if not isinstance(node, yaml.MappingNode):
@@ -56,6 +66,9 @@ class _StrictLoader(yaml.SafeLoader):
 
 
 def _reject_tag(loader: _StrictLoader, suffix: str, node: yaml.Node) -> Any:
+    if node.tag == "tag:yaml.org,2002:merge":
+        raise SimError(f"line {node.start_mark.line + 1}: YAML merge keys (<<) are not allowed; "
+                       "write the fields out", source=loader.source)
     raise SimError(f"line {node.start_mark.line + 1}: YAML tag {node.tag!r} is not allowed; "
                    "profiles hold plain values only", source=loader.source)
 
@@ -109,4 +122,6 @@ def load_yaml_file(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise SimError("file is not UTF-8 text", source=source) from None
+    except OSError as exc:
+        raise SimError(f"cannot read file: {exc.strerror or exc}", source=source) from None
     return load_yaml_text(text, source)
