@@ -24,7 +24,7 @@ app = typer.Typer(
 
 # Command modules, in help order. Groups are mounted under their name; modules with
 # ``register`` add top-level commands.
-COMMAND_MODULES = ["profiles", "memory"]
+COMMAND_MODULES = ["run", "validate", "profiles", "memory", "cache", "trace"]
 
 
 def _mount() -> None:
@@ -40,7 +40,7 @@ _mount()
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI, turning SimError into a one-line message and exit 2."""
+    """Entry point: run the CLI; user errors become one line on stderr and exit status 2."""
     try:
         app(args=argv, prog_name="sim", standalone_mode=False)
     except SimError as exc:
@@ -50,18 +50,21 @@ def main(argv: list[str] | None = None) -> int:
         print("error: interrupted", file=sys.stderr)
         return 130
     except SystemExit as exc:
-        return int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    except Exception as exc:  # click usage errors and friends
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            return exc.exit_code
-        if isinstance(exc, click.exceptions.Abort):
-            print("error: aborted", file=sys.stderr)
-            return 130
-        if isinstance(exc, click.exceptions.Exit):
-            return exc.exit_code
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except Exception as exc:
+        # Usage errors from typer's bundled click (typer._click) or a standalone click:
+        # recognised by their interface, so either vendoring works.
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            param = getattr(exc, "param", None)
+            where = ""
+            if param is not None:
+                opts = getattr(param, "opts", None) or [getattr(param, "name", "")]
+                where = f"{opts[0]}: "
+            message = " ".join(str(exc.format_message()).split())
+            print(f"error: {where}{message}", file=sys.stderr)
+            return int(exc.exit_code) or 2
+        if type(exc).__name__ in ("Abort", "Exit"):
+            return int(getattr(exc, "exit_code", 1) or 0)
         raise
     return 0
 

@@ -1,0 +1,255 @@
+"""The one interface every neuron-cache policy implements, and the registry of policies.
+
+Model of a cache step
+---------------------
+A *step* is a batch of requested item keys (a layer's active neurons for one token, or
+one expert's), unique within the step, each with a size in bytes. Keys are dense ids in
+``[0, n_items)``; callers map (layer, expert, neuron) or clusters onto them (see
+:mod:`sim.cache.layout`). Within a step the requested keys are *pinned*: the policy never
+evicts an item that the same step requested, because the FFN needs all of them at once.
+A step runs in two phases:
+
+1. every requested key that is resident is a hit and updates the policy's metadata;
+2. every miss is loaded from flash; the policy evicts unpinned items until it fits and
+   inserts it. If the bytes left after the pinned items cannot hold the miss, it is
+   *bypassed*: read, used, dropped, never inserted (the same rule libCacheSim applies to
+   objects larger than the cache), so occupancy never exceeds capacity.
+
+With one key per step this is exactly the classic cache model, which is how the policies
+are checked against libCacheSim (tests/cache/test_libcachesim_equality.py).
+
+Every policy keeps its state in flat numpy arrays indexed by item and runs a numba kernel
+over a whole CSR block of steps, so the same code serves the engine's per-step calls
+(:meth:`CachePolicy.step`) and whole-trace replays (:meth:`CachePolicy.run`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from sim.cache._lists import CAP, STEP, USED
+from sim.errors import SimError
+
+GHOST = 128  # item-state codes >= GHOST mark ghost (history-only, not resident) entries
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    """Outcome of one step: which requested keys hit, what was evicted, bytes read."""
+
+    keys: np.ndarray  # int64, the requested keys in request order
+    hit: np.ndarray  # bool, aligned with keys: resident when the step started
+    evicted: np.ndarray  # int64 keys evicted during the step
+    loaded_bytes: int  # bytes read from flash for the misses (inserted or bypassed)
+
+    @property
+    def hits(self) -> int:
+        return int(np.count_nonzero(self.hit))
+
+    @property
+    def misses(self) -> int:
+        return int(self.hit.shape[0] - np.count_nonzero(self.hit))
+
+    @property
+    def missed(self) -> np.ndarray:
+        return self.keys[~self.hit]
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """Outcome of a block of steps, per request (aligned with the block's items)."""
+
+    hit: np.ndarray  # bool per request
+    loaded_bytes: np.ndarray  # int64 per request: bytes read from flash for it (0 on hits)
+    evicted: np.ndarray | None  # keys evicted, when recording was asked for
+    n_evicted: int
+
+
+class CachePolicy(ABC):
+    """A neuron-cache eviction policy over items ``0 .. n_items-1`` with a byte capacity.
+
+    Subclasses set ``name`` (through :func:`register`) and implement :meth:`_run`, a call
+    into their numba kernel. Options specific to a policy are keyword-only constructor
+    arguments, so the registry can route CLI options to the policies that accept them.
+    """
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    needs_future: ClassVar[bool] = False  # needs next-use times (offline: Belady)
+    needs_profile: ClassVar[bool] = False  # needs per-item request counts from a profile
+    item_arrays: ClassVar[bool] = True  # allocate the generic per-item state / size / pin arrays
+
+    def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
+        for field, value in (("capacity_bytes", capacity_bytes), ("n_items", n_items)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
+                raise SimError(f"must be an integer >= 0, got {value!r}", field=field)
+        self.capacity_bytes = int(capacity_bytes)
+        self.n_items = int(n_items)
+        sizes = np.asarray(item_bytes)
+        if sizes.ndim == 0:
+            sizes = np.full(self.n_items, int(sizes), dtype=np.int64)
+        sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+        if sizes.shape != (self.n_items,):
+            raise SimError(f"must be a scalar or have n_items={self.n_items} entries, got shape {sizes.shape}",
+                           field="item_bytes")
+        if self.n_items and sizes.min() < 1:
+            raise SimError("every item must be at least 1 byte", field="item_bytes")
+        self.item_bytes = sizes
+        self._scal = np.zeros(32, dtype=np.int64)
+        self._scal[CAP] = self.capacity_bytes
+        if self.item_arrays:
+            self._res = np.zeros(self.n_items, dtype=np.uint8)
+            self._size = np.zeros(self.n_items, dtype=np.int64)
+            self._pin = np.full(self.n_items, -1, dtype=np.int64)
+        self._evbuf = np.zeros(0, dtype=np.int64)
+        self._auto_token = 0
+
+    # -- state -------------------------------------------------------------------------
+    @property
+    def used_bytes(self) -> int:
+        """Bytes currently resident (never more than ``capacity_bytes``)."""
+        return int(self._scal[USED])
+
+    @property
+    def steps_done(self) -> int:
+        return int(self._scal[STEP])
+
+    def resident_mask(self) -> np.ndarray:
+        """Bool per item: resident now (ghost entries are not resident); policies with
+        their own state layout override this."""
+        return (self._res != 0) & (self._res < GHOST)
+
+    def resident(self) -> np.ndarray:
+        return np.flatnonzero(self.resident_mask())
+
+    # -- the two entry points ---------------------------------------------------------
+    def step(self, keys: np.ndarray, sizes: np.ndarray | None = None, *, token: int | None = None,
+             next_use: np.ndarray | None = None, check: bool = True) -> StepResult:
+        """Serve one step of unique keys; returns per-key hits and the evicted keys.
+
+        ``sizes`` (bytes per key) default to the policy's ``item_bytes``; a missed key is
+        inserted with the size given here. ``token`` (the token index the step belongs
+        to) matters only to the sliding-window policy and defaults to a step counter.
+        ``check=False`` skips the key validation for callers that guarantee it.
+        """
+        keys = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
+        if check:
+            self._check_keys(keys)
+        if sizes is None:
+            sizes = self.item_bytes[keys]
+        else:
+            sizes = np.ascontiguousarray(sizes, dtype=np.int64).reshape(-1)
+            if sizes.shape != keys.shape or (sizes.size and sizes.min() < 1):
+                raise SimError("sizes must be one positive byte count per key", field="sizes")
+        if token is None:
+            token = self._auto_token
+        self._auto_token = int(token) + 1
+        tokens = np.array([token], dtype=np.int64)
+        offsets = np.array([0, keys.shape[0]], dtype=np.int64)
+        out = self.run(keys, offsets, sizes=sizes, tokens=tokens, next_use=next_use, record_evictions=True)
+        assert out.evicted is not None
+        return StepResult(keys, out.hit, out.evicted, int(out.loaded_bytes.sum()))
+
+    def run(self, items: np.ndarray, offsets: np.ndarray, *, sizes: np.ndarray | None = None,
+            tokens: np.ndarray | None = None, next_use: np.ndarray | None = None,
+            record_evictions: bool = False) -> RunResult:
+        """Serve a block of steps given as CSR (``items[offsets[s]:offsets[s+1]]`` is step s).
+
+        Keys must already be valid (in range, unique within each step): this is the
+        replay fast path. ``tokens`` gives each step's token index (default: one token
+        per step); ``next_use`` gives, per request, the index of the next step that
+        requests the same key (only Belady reads it).
+        """
+        items = np.ascontiguousarray(items, dtype=np.int64)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        n_steps = offsets.shape[0] - 1
+        sizes = self.item_bytes[items] if sizes is None else np.ascontiguousarray(sizes, dtype=np.int64)
+        if tokens is None:
+            tokens = np.arange(self._auto_token, self._auto_token + n_steps, dtype=np.int64)
+            self._auto_token += n_steps
+        else:
+            tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+        if next_use is None:
+            if self.needs_future:
+                raise SimError(f"{self.name} is offline: it needs next-use times for every request",
+                               field="next_use")
+            next_use = _EMPTY
+        else:
+            next_use = np.ascontiguousarray(next_use, dtype=np.int64)
+        if record_evictions and self._evbuf.shape[0] < self.n_items + 1:
+            self._evbuf = np.zeros(self.n_items + 1, dtype=np.int64)
+        return self._run_block(items, sizes, offsets, tokens, next_use, record_evictions)
+
+    def _run_block(self, items: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, tokens: np.ndarray,
+                   next_use: np.ndarray, record: bool) -> RunResult:
+        hit = np.empty(items.shape[0], dtype=np.bool_)
+        n_ev = int(self._run(items, sizes, offsets, tokens, next_use, hit, self._evbuf, record))
+        loaded = np.where(hit, 0, sizes)
+        evicted = self._evbuf[:n_ev].copy() if record else None
+        return RunResult(hit, loaded, evicted, n_ev)
+
+    @abstractmethod
+    def _run(self, items: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, tokens: np.ndarray,
+             next_use: np.ndarray, hit: np.ndarray, evbuf: np.ndarray, record: bool) -> int:
+        """Run the kernel; fill ``hit``; write evicted keys to ``evbuf`` if ``record``;
+        return the number of evictions. (Composite policies override ``_run_block``.)"""
+
+    def _check_keys(self, keys: np.ndarray) -> None:
+        if keys.size == 0:
+            return
+        if keys.min() < 0 or keys.max() >= self.n_items:
+            raise SimError(f"keys must be in [0, n_items={self.n_items})", field="keys")
+        if keys.size > 1 and not np.all(keys[1:] > keys[:-1]) and np.unique(keys).size != keys.size:
+            raise SimError("keys must be unique within a step", field="keys")
+
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+# -- registry ------------------------------------------------------------------------------
+POLICIES: dict[str, type[CachePolicy]] = {}
+
+
+def register(name: str, summary: str = ""):
+    """Class decorator: make a policy available under its CLI name."""
+
+    def deco(cls: type[CachePolicy]) -> type[CachePolicy]:
+        if name in POLICIES and POLICIES[name] is not cls:
+            raise ValueError(f"policy {name!r} registered twice")
+        cls.name = name
+        cls.summary = summary or (cls.__doc__ or "").strip().splitlines()[0]
+        POLICIES[name] = cls
+        return cls
+
+    return deco
+
+
+def policy_class(name: str) -> type[CachePolicy]:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise SimError(f"unknown policy {name!r}; available: {', '.join(POLICIES)}", field="policy") from None
+
+
+def policy_options(cls: type[CachePolicy]) -> dict[str, Any]:
+    """The keyword-only options a policy accepts, with their defaults."""
+    sig = inspect.signature(cls.__init__)
+    return {p.name: p.default for p in sig.parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY}
+
+
+def make_policy(name: str, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
+                strict: bool = True, **options: Any) -> CachePolicy:
+    """Build a registered policy; with ``strict=False`` options it does not take are ignored
+    (so one option set can be handed to every policy of a comparison)."""
+    cls = policy_class(name)
+    accepted = policy_options(cls)
+    unknown = sorted(set(options) - set(accepted))
+    if unknown and strict:
+        allowed = ", ".join(accepted) or "none"
+        raise SimError(f"{name} does not take option(s) {unknown}; it takes: {allowed}", field="options")
+    kwargs = {k: v for k, v in options.items() if k in accepted}
+    return cls(capacity_bytes, n_items, item_bytes, **kwargs)

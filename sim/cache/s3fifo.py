@@ -1,0 +1,195 @@
+"""S3-FIFO (Yang et al., SOSP'23), as in libCacheSim's ``S3FIFO``.
+
+A small FIFO (10% of the bytes) filters one-hit wonders; a main FIFO with a 2-bit
+CLOCK counter holds the rest; a ghost FIFO (90%, ids only) remembers what the small
+queue evicted. Inserts go to the small queue (to main if the id is in the ghost, or
+while the small queue is full before the first eviction); an item leaving the small
+queue moves to main if it was hit at least ``move_to_main_threshold`` times, otherwise
+it goes to the ghost. Objects not smaller than the small queue are not admitted
+(unless their id is in the ghost), exactly as libCacheSim does.
+
+Pinned items reaching the tail of either queue are rotated to its head unchanged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from sim.cache._lists import CAP, FIRST_FREE, STEP, USED, new_list_state, push_head, unlink
+from sim.cache.base import GHOST, CachePolicy, register
+from sim.errors import SimError
+
+SMALL_CAP = FIRST_FREE
+MAIN_CAP = FIRST_FREE + 1
+GHOST_CAP = FIRST_FREE + 2
+SMALL_USED = FIRST_FREE + 3
+MAIN_USED = FIRST_FREE + 4
+GHOST_USED = FIRST_FREE + 5
+HAS_EVICTED = FIRST_FREE + 6
+THRESH = FIRST_FREE + 7
+N_SMALL = FIRST_FREE + 8
+N_MAIN = FIRST_FREE + 9
+
+Q_SMALL, Q_MAIN, Q_GHOST = 0, 1, 2
+R_SMALL, R_MAIN, R_GHOST = 1, 2, GHOST
+
+
+@njit(cache=True)
+def _ghost_add(prv, nxt, head, tail, res, size, scal, x):
+    sz = size[x]
+    if sz > scal[GHOST_CAP]:
+        res[x] = 0
+        return
+    while scal[GHOST_USED] + sz > scal[GHOST_CAP]:
+        g = tail[Q_GHOST]
+        unlink(prv, nxt, head, tail, Q_GHOST, g)
+        res[g] = 0
+        scal[GHOST_USED] -= size[g]
+    push_head(prv, nxt, head, tail, Q_GHOST, x)
+    res[x] = R_GHOST
+    scal[GHOST_USED] += sz
+
+
+@njit(cache=True)
+def s3fifo_kernel(prv, nxt, head, tail, freq, res, size, pin, scal, items, sizes, offsets, hit, evbuf, record):
+    n_ev = 0
+    cap = scal[CAP]
+    thresh = scal[THRESH]
+    ghost_hit = np.zeros(items.shape[0], dtype=np.bool_)
+    for s in range(offsets.shape[0] - 1):
+        sid = scal[STEP]
+        scal[STEP] = sid + 1
+        lo = offsets[s]
+        hi = offsets[s + 1]
+        pinned = 0
+        pin_small = 0
+        pin_main = 0
+        for i in range(lo, hi):
+            x = items[i]
+            r = res[x]
+            if r != 0 and r < R_GHOST:  # resident: small or main
+                hit[i] = True
+                pin[x] = sid
+                pinned += size[x]
+                freq[x] += 1
+                if r == R_SMALL:
+                    pin_small += 1
+                else:
+                    pin_main += 1
+            else:
+                hit[i] = False
+                if r == R_GHOST:
+                    unlink(prv, nxt, head, tail, Q_GHOST, x)
+                    res[x] = 0
+                    scal[GHOST_USED] -= size[x]
+                    ghost_hit[i] = True
+        for i in range(lo, hi):
+            if hit[i]:
+                continue
+            x = items[i]
+            sz = sizes[i]
+            if sz > cap - pinned or sz > scal[SMALL_CAP]:
+                continue
+            while scal[USED] + sz > cap:
+                scal[HAS_EVICTED] = 1
+                small_free = scal[N_SMALL] - pin_small
+                main_free = scal[N_MAIN] - pin_main
+                use_main = scal[MAIN_USED] > scal[MAIN_CAP] or scal[SMALL_USED] == 0
+                if use_main and main_free == 0:
+                    use_main = False
+                elif not use_main and small_free == 0:
+                    use_main = True
+                if use_main:
+                    while True:
+                        v = tail[Q_MAIN]
+                        unlink(prv, nxt, head, tail, Q_MAIN, v)
+                        if pin[v] == sid:
+                            push_head(prv, nxt, head, tail, Q_MAIN, v)
+                        elif freq[v] >= 1:
+                            f = freq[v]
+                            if f > 3:
+                                f = 3
+                            freq[v] = f - 1
+                            push_head(prv, nxt, head, tail, Q_MAIN, v)
+                        else:
+                            res[v] = 0
+                            scal[MAIN_USED] -= size[v]
+                            scal[N_MAIN] -= 1
+                            scal[USED] -= size[v]
+                            if record:
+                                evbuf[n_ev] = v
+                            n_ev += 1
+                            break
+                else:
+                    while scal[N_SMALL] - pin_small > 0:
+                        v = tail[Q_SMALL]
+                        unlink(prv, nxt, head, tail, Q_SMALL, v)
+                        if pin[v] == sid:
+                            push_head(prv, nxt, head, tail, Q_SMALL, v)
+                            continue
+                        scal[SMALL_USED] -= size[v]
+                        scal[N_SMALL] -= 1
+                        if freq[v] >= thresh:
+                            push_head(prv, nxt, head, tail, Q_MAIN, v)
+                            res[v] = R_MAIN
+                            freq[v] = 0
+                            scal[MAIN_USED] += size[v]
+                            scal[N_MAIN] += 1
+                        else:
+                            scal[USED] -= size[v]
+                            if record:
+                                evbuf[n_ev] = v
+                            n_ev += 1
+                            if scal[GHOST_CAP] > 0:
+                                _ghost_add(prv, nxt, head, tail, res, size, scal, v)
+                            else:
+                                res[v] = 0
+                            break
+            if not ghost_hit[i] and sz >= scal[SMALL_CAP]:
+                continue  # libCacheSim makes room, then refuses objects as large as the small queue
+            size[x] = sz
+            freq[x] = 0
+            pin[x] = sid
+            pinned += sz
+            scal[USED] += sz
+            if ghost_hit[i] or (scal[HAS_EVICTED] == 0 and scal[SMALL_USED] >= scal[SMALL_CAP]):
+                push_head(prv, nxt, head, tail, Q_MAIN, x)
+                res[x] = R_MAIN
+                scal[MAIN_USED] += sz
+                scal[N_MAIN] += 1
+                pin_main += 1
+            else:
+                push_head(prv, nxt, head, tail, Q_SMALL, x)
+                res[x] = R_SMALL
+                scal[SMALL_USED] += sz
+                scal[N_SMALL] += 1
+                pin_small += 1
+    return n_ev
+
+
+@register("s3fifo", "S3-FIFO (SOSP'23)")
+class S3FIFO(CachePolicy):
+    """S3-FIFO: small probationary FIFO + main CLOCK-like FIFO + ghost FIFO."""
+
+    def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
+                 small_size_ratio: float = 0.1, ghost_size_ratio: float = 0.9, move_to_main_threshold: int = 2):
+        super().__init__(capacity_bytes, n_items, item_bytes)
+        if not 0.0 < float(small_size_ratio) < 1.0:
+            raise SimError(f"must be in (0, 1), got {small_size_ratio!r}", field="small_size_ratio")
+        if float(ghost_size_ratio) < 0.0:
+            raise SimError(f"must be >= 0, got {ghost_size_ratio!r}", field="ghost_size_ratio")
+        if int(move_to_main_threshold) < 1:
+            raise SimError(f"must be >= 1, got {move_to_main_threshold!r}", field="move_to_main_threshold")
+        # Same integer arithmetic as libCacheSim (truncation of the small and ghost sizes).
+        small = int(self.capacity_bytes * float(small_size_ratio))
+        self._scal[SMALL_CAP] = small
+        self._scal[MAIN_CAP] = self.capacity_bytes - small
+        self._scal[GHOST_CAP] = int(self.capacity_bytes * float(ghost_size_ratio))
+        self._scal[THRESH] = int(move_to_main_threshold)
+        self._prv, self._nxt, self._head, self._tail = new_list_state(self.n_items, 3)
+        self._freq = np.zeros(self.n_items, dtype=np.int64)
+
+    def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):
+        return s3fifo_kernel(self._prv, self._nxt, self._head, self._tail, self._freq, self._res, self._size,
+                             self._pin, self._scal, items, sizes, offsets, hit, evbuf, record)

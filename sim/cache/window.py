@@ -1,0 +1,108 @@
+"""Sliding window (LLM in a Flash, Alizadeh et al. 2023, sec. 3.3): keep in DRAM the
+neurons used by the last ``window_tokens`` tokens.
+
+When a step of token ``t`` starts, every item last used before token
+``t - window_tokens`` is dropped; items are otherwise kept in LRU order, and if the
+window does not fit the capacity the least recently used go first (so at a large enough
+capacity the memory used is exactly the window's working set, and at a small one the
+policy is LRU). The paper uses k = 4 or 5; the default here is 5.
+
+Dropping happens between tokens: the first step of a token first drops what left the
+window (reported among that step's evictions, before its keys are looked up), or the
+caller does it explicitly with :meth:`Window.advance`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from sim.cache._aos import AOS_FREE, HEAD, SIZE, TAIL, new_nodes, node_pop_tail, node_push_head, node_unlink
+from sim.cache._lists import CAP, NONE, STEP, USED
+from sim.cache.base import CachePolicy, register
+from sim.errors import SimError
+
+WINDOW = AOS_FREE
+LAST = 3  # node column: token of the last use
+
+
+@njit(cache=True)
+def window_kernel(node, scal, items, sizes, offsets, tokens, hit, evbuf, record):
+    n_ev = 0
+    cap = scal[CAP]
+    k = scal[WINDOW]
+    for s in range(offsets.shape[0] - 1):
+        scal[STEP] += 1
+        lo = offsets[s]
+        hi = offsets[s + 1]
+        t = tokens[s]
+        # Expire: the list is in recency order, so expired items are a suffix at the tail.
+        while scal[TAIL] != NONE and node[scal[TAIL], LAST] < t - k:
+            v = node_pop_tail(node, scal)
+            scal[USED] -= node[v, SIZE]
+            node[v, SIZE] = 0
+            if record:
+                evbuf[n_ev] = v
+            n_ev += 1
+        pinned = 0
+        for i in range(lo, hi):
+            x = items[i]
+            if node[x, SIZE] != 0:
+                hit[i] = True
+                pinned += node[x, SIZE]
+                node[x, LAST] = t
+                if scal[HEAD] != x:
+                    node_unlink(node, scal, x)
+                    node_push_head(node, scal, x)
+            else:
+                hit[i] = False
+        for i in range(lo, hi):
+            if hit[i]:
+                continue
+            x = items[i]
+            sz = sizes[i]
+            if sz > cap - pinned:
+                continue
+            while scal[USED] + sz > cap:
+                v = node_pop_tail(node, scal)
+                scal[USED] -= node[v, SIZE]
+                node[v, SIZE] = 0
+                if record:
+                    evbuf[n_ev] = v
+                n_ev += 1
+            node_push_head(node, scal, x)
+            node[x, SIZE] = sz
+            node[x, LAST] = t
+            pinned += sz
+            scal[USED] += sz
+    return n_ev
+
+
+@register("window", "sliding window of the last k tokens (LLM in a Flash)")
+class Window(CachePolicy):
+    """Sliding window over the last ``window_tokens`` tokens (LRU beyond capacity)."""
+
+    item_arrays = False
+
+    def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
+                 window_tokens: int = 5):
+        super().__init__(capacity_bytes, n_items, item_bytes)
+        if isinstance(window_tokens, bool) or int(window_tokens) != window_tokens or window_tokens < 1:
+            raise SimError(f"must be an integer >= 1, got {window_tokens!r}", field="window_tokens")
+        self.window_tokens = int(window_tokens)
+        self._scal[WINDOW] = self.window_tokens
+        self._scal[HEAD] = NONE
+        self._scal[TAIL] = NONE
+        self._node = new_nodes(self.n_items, 4)
+
+    def advance(self, token: int) -> np.ndarray:
+        """Start ``token``: drop the items last used before ``token - window_tokens``;
+        returns their keys."""
+        empty = np.zeros(0, dtype=np.int64)
+        return self.step(empty, token=token).evicted
+
+    def resident_mask(self) -> np.ndarray:
+        return self._node[:, SIZE] != 0  # a resident item has a size, an absent one 0
+
+    def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):
+        return window_kernel(self._node, self._scal, items, sizes, offsets, tokens, hit, evbuf, record)

@@ -1,0 +1,132 @@
+"""`sim run`: simulate one configuration and print tokens/s and where the time goes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from sim.errors import SimError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+
+
+def _parse_sets(values: list[str]) -> dict[str, Any]:
+    """``--set key=value`` pairs; values are parsed as YAML scalars or lists."""
+    knobs: dict[str, Any] = {}
+    for item in values:
+        if "=" not in item:
+            raise SimError(f"expected key=value, got {item!r}", field="--set")
+        key, raw = item.split("=", 1)
+        try:
+            knobs[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
+        except yaml.YAMLError:
+            raise SimError(f"cannot parse value {raw!r}", field=f"--set {key}") from None
+    return knobs
+
+
+def _load_plan(path: Path) -> dict[str, Any]:
+    from sim.profiles.yamlio import load_yaml_file
+
+    return load_yaml_file(path)
+
+
+def run(
+    device: str = typer.Option("oneplus-12", "--device", help="Device name or YAML path."),
+    model: str = typer.Option("turbosparse-mixtral-47b", "--model", help="Model name or YAML path."),
+    strategy: str = typer.Option("powerinfer2", "--strategy", help="powerinfer2, llm-in-flash, llamacpp, dense."),
+    memory_budget: str | None = typer.Option(None, "--memory-budget", help="19GB, 12GiB or 50% (of weights)."),
+    offload: float | None = typer.Option(None, "--offload", help="Fraction of FFN weights only on flash."),
+    weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="fp32, fp16, int8 or int4."),
+    prompt_tokens: int = typer.Option(64, "--prompt-tokens", help="Prompt length (prefill)."),
+    decode_tokens: int = typer.Option(128, "--decode-tokens", help="Tokens to generate."),
+    warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Trace tokens replayed to warm the cache."),
+    trace: Path | None = typer.Option(None, "--trace", help="Activation trace (.npz)."),
+    preset: str | None = typer.Option(None, "--preset", help="Synthetic-trace preset (default: the model's)."),
+    policy: str | None = typer.Option(None, "--policy", help="Neuron-cache policy (e.g. lru, s3fifo)."),
+    seed: int = typer.Option(0, "--seed", help="Random seed."),
+    mode: str = typer.Option("des", "--mode", help="des (discrete-event) or analytic (cost model)."),
+    plan: Path | None = typer.Option(None, "--plan", help="YAML of strategy knobs (e.g. from `sim plan`)."),
+    sets: list[str] = typer.Option([], "--set", help="Strategy knob, key=value (repeatable)."),
+    timeline: Path | None = typer.Option(None, "--timeline", help="Write Chrome/Perfetto trace JSON."),
+    gantt: Path | None = typer.Option(None, "--gantt", help="Draw a Gantt chart PNG of the first tokens."),
+    tokens_csv: Path | None = typer.Option(None, "--tokens-csv", help="Write per-token rows as CSV."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+) -> None:
+    """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
+    from sim.commands.common import check_dtype
+    from sim.engine.simulation import simulate
+
+    knobs: dict[str, Any] = {}
+    if plan is not None:
+        loaded = _load_plan(plan)
+        knobs.update(loaded.get("knobs", {}) if "knobs" in loaded else loaded)
+    knobs.update(_parse_sets(sets))
+    result = simulate(device, model, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
+                      offload=offload, weights_dtype=check_dtype(weights_dtype), prompt_tokens=prompt_tokens,
+                      decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, policy=policy, seed=seed,
+                      mode=mode, knobs=knobs, timeline=timeline is not None or gantt is not None)
+    if timeline is not None:
+        from sim.engine.timeline import write_perfetto
+
+        write_perfetto(result.spans, timeline)
+    if gantt is not None:
+        from sim.engine.timeline import draw_gantt
+
+        draw_gantt(result.spans, gantt)
+    if tokens_csv is not None:
+        result.tokens.to_csv(tokens_csv, index=False)
+    if json_out:
+        print(json.dumps(result.summary, indent=2, default=_jsonable))
+        return
+    _print_table(result.summary)
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.4g}"
+    return str(value)
+
+
+def _print_table(s: dict[str, Any]) -> None:
+    console = Console()
+    head = Table(title=f"{s['model']} on {s['device']} ({s['strategy']}, {s['mode']})", show_header=False)
+    for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
+                "latency_ms_p99", "cache_hit_ratio", "cache_miss_ratio_mean", "cache_miss_ratio_p99",
+                "flash_bytes_per_token", "energy_j_per_token"):
+        if key in s:
+            head.add_row(key, _fmt(s[key]))
+    console.print(head)
+    phases = Table("phase", "ms per token", title="where decode time goes")
+    for name, ms in s["phases_ms_per_token"].items():
+        phases.add_row(name, f"{ms:.2f}")
+    console.print(phases)
+    mem = Table("component", "GB", title="DRAM")
+    for name, value in s["memory"].items():
+        if name != "ffn_resident_fraction":
+            mem.add_row(name, f"{value / 1e9:.3f}")
+    mem.add_row("FFN resident", f"{s['memory']['ffn_resident_fraction']:.1%}")
+    console.print(mem)
+    if s["utilisation"]:
+        util = Table("unit", "busy", title="utilisation during decode")
+        for unit, frac in s["utilisation"].items():
+            util.add_row(unit, f"{frac:.1%}")
+        console.print(util)
+    for warning in s.get("warnings", []):
+        console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -1,0 +1,119 @@
+"""`sim sweep`: run a design-space sweep from a spec, and plot its results.
+
+``sim sweep SPEC.yaml --out results.parquet`` runs (or resumes) a sweep;
+``sim sweep plot results.parquet --x ... --y ... [--hue ...]`` draws a metric against an
+axis and ``sim sweep heatmap results.parquet --x ... --y ... --value ...`` over two axes.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import typer
+from typer.core import TyperGroup
+
+from sim.errors import SimError
+
+
+class _SweepGroup(TyperGroup):
+    """``sim sweep SPEC ...`` is ``sim sweep run SPEC ...``; ``plot``/``heatmap`` are subcommands."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
+            args = ["run", *args]
+        return super().parse_args(ctx, args)
+
+
+app = typer.Typer(cls=_SweepGroup, no_args_is_help=True, add_completion=False,
+                  help="Run a design-space sweep (sim sweep SPEC.yaml --out results.parquet) and plot its results.")
+
+
+@app.command("run")
+def run(
+    spec: Path = typer.Argument(..., help="Sweep spec (YAML): base run, grid / points / sample axes, seeds."),
+    out: Path = typer.Option(..., "--out", help="Results file (Parquet); re-running resumes it."),
+    workers: int = typer.Option(1, "--workers", help="Local worker processes (or Dask workers with --dask local)."),
+    scheduler: str | None = typer.Option(None, "--scheduler", help="Dask scheduler address, e.g. tcp://host:8786."),
+    dask: str | None = typer.Option(None, "--dask", help="'local': run on a Dask LocalCluster of --workers."),
+    retry_failed: bool = typer.Option(False, "--retry-failed", help="Run points recorded as failed again."),
+    prune: bool = typer.Option(False, "--prune", help="Drop stored rows of points no longer in the spec."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="List the points and what is left to run; run nothing."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
+) -> None:
+    """Run every point of SPEC not yet in --out, in parallel; rows are stored as they finish."""
+    from sim.explore.sweep import run_sweep, spec_points
+
+    if dask is not None and dask != "local":
+        raise SimError(f"only 'local' is supported (use --scheduler ADDRESS for a running cluster), got {dask!r}",
+                       field="--dask")
+    if dask is not None and scheduler is not None:
+        raise SimError("give either --dask local or --scheduler ADDRESS, not both", field="--dask")
+    if not spec.is_file():
+        raise SimError("no such spec file", source=str(spec))
+    if dry_run:
+        _dry_run(spec, out, spec_points)
+        return
+    report = run_sweep(spec, out, workers=workers, scheduler=scheduler or dask, retry_failed=retry_failed,
+                       prune=prune, progress=progress)
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"sweep {spec.name}: {report.total} points, {report.skipped} already done, {report.ran} run, "
+          f"{report.failed} failed, {report.wall_s:.1f} s -> {report.out}")
+    if report.first_error:
+        print(f"first failure: {report.first_error}")
+
+
+def _dry_run(spec: Path, out: Path, spec_points) -> None:  # type: ignore[no-untyped-def]
+    from sim.explore.store import ResultStore
+
+    points, _ = spec_points(spec)
+    store = ResultStore(out)
+    done = store.finished_ids() if out.exists() or store.parts_dir.exists() else set()
+    left = [p for p in points if p.id not in done]
+    print(f"{len(points)} points, {len(points) - len(left)} already in {out}, {len(left)} to run")
+    for p in left[:20]:
+        axes = ", ".join(f"{k}={v}" for k, v in p.axes.items())
+        print(f"  {p.id}  {axes}{'  (does not resolve: ' + p.error + ')' if p.error else ''}")
+    if len(left) > 20:
+        print(f"  ... and {len(left) - 20} more")
+
+
+@app.command("plot")
+def plot(
+    results: Path = typer.Argument(..., help="Results file written by sim sweep."),
+    x: str = typer.Option(..., "--x", help="Column on the x axis (an axis of the sweep, e.g. memory_budget)."),
+    y: str = typer.Option("decode_tokens_per_s", "--y", help="Metric column."),
+    hue: str | None = typer.Option(None, "--hue", help="One line per value of this column (e.g. strategy)."),
+    out: Path | None = typer.Option(None, "--out", help="PNG to write (default: next to the results)."),
+) -> None:
+    """Plot a metric against one axis, one line per --hue value (mean, min-max band)."""
+    from sim.explore.plots import line_plot
+    from sim.explore.store import read_results
+
+    df = read_results(results)
+    target = out or results.with_name(f"{results.stem}_{_slug(y)}_vs_{_slug(x)}.png")
+    line_plot(df, x, y, hue, target)
+    print(f"wrote {target}")
+
+
+@app.command("heatmap")
+def heatmap_cmd(
+    results: Path = typer.Argument(..., help="Results file written by sim sweep."),
+    x: str = typer.Option(..., "--x", help="Axis column across."),
+    y: str = typer.Option(..., "--y", help="Axis column down."),
+    value: str = typer.Option("decode_tokens_per_s", "--value", help="Metric shown in the cells."),
+    out: Path | None = typer.Option(None, "--out", help="PNG to write (default: next to the results)."),
+) -> None:
+    """Heatmap of a metric over two axes (mean per cell)."""
+    from sim.explore.plots import heatmap
+    from sim.explore.store import read_results
+
+    df = read_results(results)
+    target = out or results.with_name(f"{results.stem}_{_slug(value)}_{_slug(x)}_x_{_slug(y)}.png")
+    heatmap(df, x, y, value, target)
+    print(f"wrote {target}")
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in text)

@@ -1,0 +1,229 @@
+"""`sim trace ...`: record, inspect, fit, synthesise and compare activation traces."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sim.errors import SimError
+
+app = typer.Typer(help="Record, inspect, fit, synthesise and compare activation traces.", no_args_is_help=True)
+
+
+def _load(path: Path) -> Any:
+    from sim.traces.format import Trace
+
+    return Trace.load(path)
+
+
+def _positive(value: int, flag: str, minimum: int = 1) -> int:
+    if value < minimum:
+        raise SimError(f"must be >= {minimum}, got {value}", field=flag)
+    return value
+
+
+@app.command("record")
+def record(model: str = typer.Option(..., "--model", help="Model name or weights/profile path."),
+           text: Path = typer.Option(..., "--text", help="Text file to run through the model."),
+           tokens: int = typer.Option(..., "--tokens", help="Number of tokens to record."),
+           out: Path = typer.Option(..., "--out", help="Output trace (.npz)."),
+           seed: int = typer.Option(0, "--seed", help="Seed (predictor training, sampling)."),
+           predictor: str = typer.Option("lowrank", "--predictor", help="lowrank or oracle."),
+           activation_threshold: float | None = typer.Option(
+               None, "--activation-threshold", help="|activation| above which a GELU/SiLU neuron counts as active."),
+           cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Where fetched weights are cached."),
+           ) -> None:
+    """Run the numpy inference core on a text and record its activation trace."""
+    _positive(tokens, "--tokens")
+    if not text.is_file():
+        raise SimError("no such text file", source=str(text), field="--text")
+    try:
+        from sim.inference.recorder import record_trace
+    except ImportError as exc:
+        raise SimError(f"the numpy inference core is not available ({exc})", field="sim.inference.recorder") from None
+    path = record_trace(model, text, tokens, out, seed=seed, predictor=predictor,
+                        activation_threshold=activation_threshold, cache_dir=cache_dir)
+    trace = _load(Path(path))
+    print(f"wrote {path}: {trace.meta.n_tokens} tokens, model {trace.meta.model}")
+
+
+@app.command("info")
+def info(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Trace file (.npz).")) -> None:
+    """Print a trace's metadata (no chunk is read)."""
+    trace = _load(trace_path)
+    m = trace.meta
+    size = trace_path.stat().st_size
+    rows = [("file", f"{trace_path} ({size / 1e6:.2f} MB)"), ("format version", m.version), ("model", m.model),
+            ("source", m.source), ("layers", m.n_layers), ("neurons per expert", m.n_neurons), ("hidden", m.hidden),
+            ("experts / top_k", f"{m.n_experts} / {m.top_k}"), ("tokens", f"{m.n_tokens} ({m.prompt_tokens} prompt)"),
+            ("chunk tokens", m.chunk_tokens), ("seed", m.seed), ("predicted sets", m.has_predictions),
+            ("activation threshold", m.activation_threshold)]
+    if m.predictor:
+        rows.append(("predictor", json.dumps(m.predictor, sort_keys=True)[:200]))
+    if m.extra:
+        rows.append(("extra", json.dumps(m.extra, sort_keys=True)[:200]))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        print(f"{key:<{width}}  {value}")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+@app.command("stats")
+def stats(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Trace file (.npz)."),
+          json_out: bool = typer.Option(False, "--json", help="Print all statistics as JSON."),
+          plot: Path | None = typer.Option(None, "--plot", help="Write a figure (PNG) of the main statistics."),
+          ) -> None:
+    """Density, popularity, sliding-window and reuse statistics of a trace."""
+    from sim.traces.stats import summary_rows, to_json, trace_stats
+
+    result = trace_stats(_load(trace_path))
+    if json_out:
+        print(to_json(result))
+    else:
+        rows = summary_rows(result)
+        width = max(len(k) for k, _ in rows)
+        print(f"{trace_path}: {result['model']} ({result['source']})")
+        for key, value in rows:
+            print(f"  {key:<{width}}  {_fmt(value)}")
+    if plot is not None:
+        _plot(result, plot)
+        if not json_out:
+            print(f"wrote {plot}")
+
+
+def _plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    axes[0].plot(range(len(result["density"])), [d * 100 for d in result["density"]], marker="o")
+    axes[0].set(xlabel="layer", ylabel="active neurons (%)", title="density per layer")
+    curve = result["popularity_curve"]
+    axes[1].plot([x * 100 for x in curve["top_fraction"]], [s * 100 for s in curve["share"]])
+    axes[1].set(xscale="log", xlabel="top x% of neurons", ylabel="share of activations (%)", title="popularity")
+    ks = sorted(result["window_new_share"])
+    axes[2].plot(ks, [result["window_new_share"][k] * 100 for k in ks], marker="o", label="active")
+    if "predicted" in result:
+        p = result["predicted"]["window_new_share"]
+        axes[2].plot(ks, [p[k] * 100 for k in ks], marker="s", label="predicted")
+        axes[2].legend()
+    axes[2].set(xlabel="window k (tokens)", ylabel="FFN newly needed per token (%)", title="sliding window")
+    fig.suptitle(f"{result['model']} ({result['source']}, {result['n_tokens']} tokens)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(path, dpi=110)
+    except (OSError, ValueError) as exc:
+        raise SimError(f"cannot write the figure ({exc})", source=str(path), field="--plot") from None
+    finally:
+        plt.close(fig)
+
+
+@app.command("compare")
+def compare(a: Path = typer.Argument(..., metavar="A", help="First trace."),
+            b: Path = typer.Argument(..., metavar="B", help="Second trace."),
+            json_out: bool = typer.Option(False, "--json", help="Print both statistics as JSON.")) -> None:
+    """Print the statistics of two traces side by side (with B / A - 1)."""
+    from sim.traces.stats import summary_rows, to_json, trace_stats
+
+    sa, sb = trace_stats(_load(a)), trace_stats(_load(b))
+    if json_out:
+        print(to_json({"a": sa, "b": sb}))
+        return
+    ra, rb = dict(summary_rows(sa)), dict(summary_rows(sb))
+    keys = list(ra) + [k for k in rb if k not in ra]
+    width = max(len(k) for k in keys)
+    print(f"{'':<{width}}  {'A':>10}  {'B':>10}  {'B/A-1':>8}")
+    print(f"{'':<{width}}  {a.name[:10]:>10}  {b.name[:10]:>10}")
+    for key in keys:
+        va, vb = ra.get(key), rb.get(key)
+        rel = f"{(vb / va - 1) * 100:+7.1f}%" if isinstance(va, int | float) and isinstance(vb, int | float) \
+            and va else ""
+        print(f"{key:<{width}}  {_fmt(va):>10}  {_fmt(vb):>10}  {rel:>8}")
+
+
+def _dims_for(model: str, params: Any) -> Any:
+    """Resolve --model through the model profiles; a parameter set's own ``made_for`` model
+    (e.g. a fit of a recorded model that has no profile) is accepted by its name too."""
+    from sim.traces.params import SynthDims
+
+    made_for = params.made_for
+    try:
+        from sim.profiles.model import load_model
+    except ImportError:
+        if made_for is not None and made_for.model == model:
+            return made_for
+        raise SimError(f"unknown model {model!r} (model profiles are not available)", field="--model") from None
+    try:
+        return SynthDims.from_model(load_model(model))
+    except SimError:
+        if made_for is not None and made_for.model == model:
+            return made_for
+        raise
+
+
+@app.command("synth")
+def synth(model: str = typer.Option(..., "--model", help="Model profile name or path (gives the dimensions)."),
+          preset: str | None = typer.Option(None, "--preset", help="Bundled preset (default: the model's)."),
+          params: Path | None = typer.Option(None, "--params", help="Parameter file from `sim trace fit`."),
+          tokens: int = typer.Option(..., "--tokens", help="Tokens to generate."),
+          seed: int = typer.Option(0, "--seed", help="Random seed; the same seed gives identical traces."),
+          out: Path = typer.Option(..., "--out", help="Output trace (.npz)."),
+          chunk_tokens: int = typer.Option(64, "--chunk-tokens", help="Tokens per stored chunk."),
+          no_predictions: bool = typer.Option(False, "--no-predictions", help="Omit predicted sets.")) -> None:
+    """Generate a synthetic trace at the model's full dimensions."""
+    from sim.traces.params import load_params, load_preset, preset_names
+    from sim.traces.synth import write_synthetic
+
+    _positive(tokens, "--tokens")
+    _positive(chunk_tokens, "--chunk-tokens")
+    if preset is not None and params is not None:
+        raise SimError("give either --preset or --params, not both", field="--preset")
+    if params is not None:
+        chosen = load_params(params)
+    else:
+        name = preset or model
+        if name not in preset_names():
+            raise SimError(f"no preset named {name!r}; pass --preset NAME or --params FILE "
+                           f"(bundled presets: {', '.join(preset_names())})", field="--preset")
+        chosen = load_preset(name)
+    dims = _dims_for(model, chosen)
+    start = time.perf_counter()
+    path, gen = write_synthetic(out, chosen, dims, tokens, seed, chunk_tokens=chunk_tokens,
+                                predictions=False if no_predictions else None)
+    elapsed = time.perf_counter() - start
+    realised, target = gen.realised_density(), gen.target_density
+    worst = float(max(abs(realised / target - 1))) * 100
+    print(f"wrote {path}: {tokens} tokens of {dims.model} ({dims.n_layers} layers x {dims.n_experts} experts x "
+          f"{dims.n_neurons} neurons) from {chosen.name!r}, seed {seed}, in {elapsed:.1f} s")
+    print(f"density per layer: target mean {target.mean():.4f}, realised mean {realised.mean():.4f} "
+          f"(worst layer {worst:.1f}% off target)")
+
+
+@app.command("fit")
+def fit(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Recorded trace to fit."),
+        out: Path = typer.Option(..., "-o", "--out", help="Parameter file to write (YAML)."),
+        name: str | None = typer.Option(None, "--name", help="Name of the parameter set.")) -> None:
+    """Estimate synthetic-generator parameters from a trace (they transfer to other widths)."""
+    from sim.traces.fit import fit_params, write_params
+
+    raw = fit_params(_load(trace_path), name=name, source_label=str(trace_path))
+    write_params(raw, out)
+    dens = raw["density"]["value"]
+    pers = raw["persistence"]["value"]
+    print(f"wrote {out}: {len(dens)} layers, density {min(dens):.4f}..{max(dens):.4f}, "
+          f"persistence {min(pers):.2f}..{max(pers):.2f}"
+          + (", with predictor" if "predictor" in raw else "") + (", with routing" if "routing" in raw else ""))

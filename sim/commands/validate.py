@@ -1,0 +1,51 @@
+"""`sim validate`: every published figure next to the simulator's prediction."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+
+def register(app: typer.Typer) -> None:
+    app.command("validate")(validate_cmd)
+
+
+def validate_cmd(
+    ids: list[str] = typer.Argument(None, help="Point ids to run (default: all)."),
+    decode_tokens: int = typer.Option(64, "--decode-tokens", help="Decode tokens per point."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
+    csv_out: Path | None = typer.Option(None, "--out", help="Write the table as CSV."),
+) -> None:
+    """Run the published points (sim/data/validation/published.yaml) and report the error."""
+    from sim.validation import validate
+
+    df = validate(ids or None, decode_tokens=decode_tokens)
+    if csv_out is not None:
+        df.to_csv(csv_out, index=False)
+    ok = df["error_pct"].notna()
+    mape = float(df.loc[ok, "error_pct"].abs().mean()) if ok.any() else math.nan
+    if json_out:
+        print(json.dumps({"points": json.loads(df.to_json(orient="records")), "mape_pct": mape}, indent=2))
+    else:
+        table = Table("id", "source", "model", "strategy", "setting", "metric", "published", "predicted", "error %",
+                      title="published vs predicted")
+        for row in df.to_dict("records"):
+            err = row.get("error_pct")
+            mark = "" if row.get("within_tolerance") else " *"
+            table.add_row(row["id"], row["source"], row["model"], row["strategy"], str(row.get("setting", "")),
+                          row["metric"], f"{row['published']:g}",
+                          "failed" if err != err else f"{row['predicted']:.4g}",
+                          (row.get("error", "") if err != err else f"{err:+.1f}{mark}"))
+        console = Console(width=200)
+        console.print(table)
+        console.print(f"mean absolute percentage error: {mape:.1f}% over {int(ok.sum())} points "
+                      "(* = outside the point's tolerance)")
+        for source, group in df[ok].groupby(df.loc[ok, "source"].str.extract(r"^(\[\w+\])")[0]):
+            console.print(f"  {source}: MAPE {group['error_pct'].abs().mean():.1f}% over {len(group)} points")
+    if not ok.all():
+        raise typer.Exit(2)

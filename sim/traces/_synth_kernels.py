@@ -1,0 +1,289 @@
+"""Compiled inner loops of the synthetic trace generator (numba).
+
+Randomness is counter-based: every (token, layer, expert, stream) gets its own splitmix64
+stream derived from one 64-bit key drawn from the caller's ``numpy.random.Generator``.
+Results therefore depend only on the seed and the token index, never on how the tokens
+are split into chunks, which is what lets the engine generate a trace on the fly and get
+exactly the arrays that ``sim trace synth`` writes to a file.
+
+Per neuron the generator runs a two-state Markov chain in its "sticky" form: with
+probability ``1 - r`` the neuron keeps its state, otherwise it is redrawn from its
+propensity ``p``. Its stationary probability is ``p`` and its lag-1 autocorrelation
+``1 - r``. A gap of ``g`` tokens (an expert not routed in between) is the same chain with
+``r_g = 1 - (1 - r) ** g``, so experts that sit idle are caught up lazily and exactly.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+_S30, _S27, _S31, _S11 = np.uint64(30), np.uint64(27), np.uint64(31), np.uint64(11)
+_INV53 = 1.0 / 9007199254740992.0
+
+STREAM_NEURONS = 1
+STREAM_GROUPS = 2
+STREAM_ROUTING = 3
+STREAM_FALSE_POS = 4
+STREAM_KEEP = 5
+
+
+@nb.njit(inline="always", cache=True)
+def _mix(z: np.uint64) -> np.uint64:
+    z = (z ^ (z >> _S30)) * _M1
+    z = (z ^ (z >> _S27)) * _M2
+    return z ^ (z >> _S31)
+
+
+@nb.njit(inline="always", cache=True)
+def _unit(z: np.uint64) -> float:
+    return np.float64(_mix(z) >> _S11) * _INV53
+
+
+@nb.njit(inline="always", cache=True)
+def stream_seed(key: np.uint64, t: int, layer: int, expert: int, stream: int) -> np.uint64:
+    s = _mix(key ^ (np.uint64(t) * _GOLDEN))
+    s = _mix(s ^ (np.uint64(layer + 1) * _M1))
+    s = _mix(s ^ (np.uint64(expert + 1) * _M2))
+    return _mix(s ^ np.uint64(stream))
+
+
+@nb.njit(cache=True)
+def route_chunk(t0, n_tok, key, pop, persistence, prev, has_prev, out):
+    """Fill ``out[t, layer, :]`` with distinct experts for tokens ``t0 .. t0 + n_tok - 1``.
+
+    With probability ``persistence[layer]`` a token keeps the previous token's expert set;
+    otherwise a fresh set is drawn by systematic sampling over a random order of experts,
+    which includes expert ``e`` with probability exactly ``top_k * pop[layer, e]``. Both
+    branches keep that marginal, so the configured popularity is exact in expectation.
+    """
+    n_layers, n_experts = pop.shape
+    top_k = out.shape[2]
+    order = np.empty(n_experts, np.int64)
+    for i in range(n_tok):
+        t = t0 + i
+        for layer in range(n_layers):
+            s = stream_seed(key, t, layer, 0, STREAM_ROUTING)
+            s += _GOLDEN
+            u = _unit(s)
+            if has_prev[layer] and u < persistence[layer]:
+                for j in range(top_k):
+                    out[i, layer, j] = prev[layer, j]
+                continue
+            for e in range(n_experts):
+                order[e] = e
+            for e in range(n_experts - 1, 0, -1):  # Fisher-Yates
+                s += _GOLDEN
+                j = int(_unit(s) * (e + 1))
+                order[e], order[j] = order[j], order[e]
+            s += _GOLDEN
+            point = _unit(s)
+            cum = 0.0
+            slot = 0
+            for idx in range(n_experts):
+                e = order[idx]
+                cum += top_k * pop[layer, e]
+                while slot < top_k and point + slot < cum:
+                    out[i, layer, slot] = e
+                    slot += 1
+            while slot < top_k:  # rounding at the very end of the cumulative sum
+                for idx in range(n_experts - 1, -1, -1):
+                    e = order[idx]
+                    dup = False
+                    for j in range(slot):
+                        if out[i, layer, j] == e:
+                            dup = True
+                    if not dup:
+                        out[i, layer, slot] = e
+                        break
+                slot += 1
+            for j in range(top_k):
+                prev[layer, j] = out[i, layer, j]
+            has_prev[layer] = True
+
+
+@nb.njit(inline="always", cache=True)
+def _unit_at(s0: np.uint64, i: int) -> float:
+    """The i-th uniform of stream ``s0`` (counter-based, so loops over i vectorise)."""
+    return np.float64(np.int64(_mix(s0 + np.uint64(i + 1) * _GOLDEN) >> _S11)) * _INV53
+
+
+@nb.njit(cache=True)
+def _step_chain(p, st, rg, s0):
+    """One sticky-chain step for a pool: die w.p. ``rg (1 - p)``, be born w.p. ``rg p``."""
+    for i in range(p.shape[0]):
+        pp = p[i]
+        a = st[i]
+        thr = rg * (pp + a * (1.0 - 2.0 * pp))
+        st[i] = np.uint8(_unit_at(s0, i) < thr) ^ a
+
+
+_LO32 = np.uint64(0xFFFFFFFF)
+_S32 = np.uint64(32)
+_INV32 = 1.0 / 4294967296.0
+
+
+_S11_ = np.uint64(11)
+_M21 = np.uint64(0x1FFFFF)
+_M11 = np.uint64(0x7FF)
+_INV21 = 1.0 / 2097152.0
+_INV11 = 1.0 / 2048.0
+
+
+@nb.njit(cache=True)
+def _step_with_predictor(p, st, rg, z, zst, rz, recall, s0, keep):
+    """Step the activity chain and the false-positive chain, and mark the predicted set.
+
+    One 64-bit hash per neuron is split into three uniforms: 32 bits for the activity
+    chain, 21 bits for the false-positive chain, 11 bits for the predictor's keep draw
+    (probability resolution 2.3e-10, 4.8e-7 and 4.9e-4: far below any configured rate's
+    precision). Branch-free, so the loop vectorises. Predicted = active and kept
+    (probability ``recall``), or a false positive ``z & ~a``.
+    """
+    for i in range(p.shape[0]):
+        h = _mix(s0 + np.uint64(i + 1) * _GOLDEN)
+        ua = np.float64(np.int64(h >> _S32)) * _INV32
+        uz = np.float64(np.int64((h >> _S11_) & _M21)) * _INV21
+        uk = np.float64(np.int64(h & _M11)) * _INV11
+        pp = p[i]
+        a = st[i]
+        a = np.uint8(ua < rg * (pp + a * (1.0 - 2.0 * pp))) ^ a
+        st[i] = a
+        pz = z[i]
+        b = zst[i]
+        b = np.uint8(uz < rz * (pz + b * (1.0 - 2.0 * pz))) ^ b
+        zst[i] = b
+        keep[i] = (a & np.uint8(uk < recall)) | ((a ^ np.uint8(1)) & b)
+
+
+@nb.njit(cache=True)
+def _step_chain_groups(p, st, rg, s0, s_groups, group_of_id, group_p, strength, gev):
+    """As :func:`_step_chain`, with births partly driven by shared group events."""
+    for g in range(group_p.shape[0]):
+        gev[g] = 1 if _unit_at(s_groups, g) < strength * rg * group_p[g] else 0
+    for i in range(p.shape[0]):
+        pp = p[i]
+        u = _unit_at(s0, i)
+        if st[i]:
+            st[i] = 0 if u < rg * (1.0 - pp) else 1
+        else:
+            g = group_of_id[i]
+            b = strength * rg * group_p[g]
+            st[i] = 1 if gev[g] or u < 1.0 - (1.0 - rg * pp) / (1.0 - b) else 0
+
+
+def _byte_mask_tables() -> tuple[np.ndarray, np.ndarray]:
+    """For 8 state bytes (0/1) read as one little-endian word w, ``(w * _PACK) >> 56`` is an
+    8-bit mask; ``_POSITIONS[mask]`` lists the set byte offsets and ``_COUNTS[mask]`` their
+    number. Emitting ids 8 at a time this way is about twice as fast as byte by byte."""
+    positions = np.zeros((256, 8), np.int32)
+    counts = np.zeros(256, np.int64)
+    for bits in range(256):
+        word = sum(((bits >> j) & 1) << (8 * j) for j in range(8))
+        mask = ((word * 0x8040201008040201) % 2**64) >> 56
+        pos = [j for j in range(8) if (bits >> j) & 1]
+        counts[mask] = len(pos)
+        positions[mask, : len(pos)] = pos
+    return positions, counts
+
+
+_PACK = np.uint64(0x8040201008040201)
+_S56 = np.uint64(56)
+_POSITIONS, _COUNTS = _byte_mask_tables()
+
+
+@nb.njit(cache=True)
+def _emit(st, out, n):
+    """Append the indices of the non-zero bytes of ``st`` (length a multiple of 8) to ``out``.
+
+    ``out`` needs ``len(st)`` spare entries past ``n`` (8 are written per word regardless).
+    """
+    words = st.view(np.uint64)
+    for w in range(words.shape[0]):
+        mask = (words[w] * _PACK) >> _S56
+        base = np.int32(w * 8)
+        for j in range(8):
+            out[n + j] = base + _POSITIONS[mask, j]
+        n += _COUNTS[mask]
+    return n
+
+
+@nb.njit(cache=True)
+def _mark_predicted(st, zst, recall, s0, keep):
+    """Predicted = active kept with probability ``recall``, plus false positives ``z & ~a``."""
+    for i in range(st.shape[0]):
+        a = st[i]
+        k = np.uint8(_unit_at(s0, i) < recall)
+        keep[i] = (a & k) | ((a ^ np.uint8(1)) & zst[i])
+
+
+@nb.njit(cache=True)
+def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
+                 with_pred, z_by_id, z_refresh, z_state, recall,
+                 group_size, group_of_id, group_p, strength,
+                 active_count, cap_active, cap_pred):
+    """Advance the neuron chains of the routed experts and emit CSR rows.
+
+    Rows are produced in the format's (token, layer, slot) order straight into output
+    buffers of ``cap_active`` / ``cap_pred`` entries, whose first ``n`` / ``m`` entries the
+    caller keeps (no copy). Each row's ids come out sorted because neurons are visited in
+    id order. Returns ``ok = False`` if a buffer was too small: the caller restores its
+    state and retries with bigger ones. ``active_count[layer]`` accumulates realised
+    activations for the density report. (A numba ``prange`` over layers was tried: on this
+    shared 2-core machine it was slower.)
+    """
+    n_tok, n_layers, top_k = experts.shape
+    n_neurons = state.shape[2]  # padded to a multiple of 8; the padding never activates
+    n_rows = n_tok * n_layers * top_k
+    offsets = np.zeros(n_rows + 1, np.int64)
+    pred_offsets = np.zeros(n_rows + 1 if with_pred else 1, np.int64)
+    ids = np.empty(cap_active, np.int32)
+    pred_ids = np.empty(cap_pred if with_pred else 1, np.int32)
+    keep = np.zeros(n_neurons, np.uint8)
+    gev = np.zeros(max(group_p.shape[1], 1), np.uint8)
+    n = 0
+    m = 0
+    row = 0
+    for i in range(n_tok):
+        t = t0 + i
+        for layer in range(n_layers):
+            for slot in range(top_k):
+                if n + n_neurons > cap_active or (with_pred and m + n_neurons > cap_pred):
+                    return False, offsets, ids, n, pred_offsets, pred_ids, m
+                e = np.int64(experts[i, layer, slot])
+                last = last_t[layer, e]
+                if last < 0:
+                    rg = 1.0
+                    rz = 1.0
+                else:
+                    gap = t - last
+                    rg = 1.0 - (1.0 - refresh[layer]) ** gap
+                    rz = 1.0 - (1.0 - z_refresh[layer]) ** gap
+                last_t[layer, e] = t
+                st = state[layer, e]
+                zst = z_state[layer, e] if with_pred else z_state[0, 0]
+                if group_size > 0:
+                    _step_chain_groups(p_by_id[layer, e], st, rg, stream_seed(key, t, layer, e, STREAM_NEURONS),
+                                       stream_seed(key, t, layer, e, STREAM_GROUPS), group_of_id[layer, e],
+                                       group_p[layer], strength, gev)
+                    if with_pred:  # the false-positive chain and keep draws, after the grouped step
+                        _step_chain(z_by_id[layer, e], zst, rz, stream_seed(key, t, layer, e, STREAM_FALSE_POS))
+                        _mark_predicted(st, zst, recall[layer], stream_seed(key, t, layer, e, STREAM_KEEP), keep)
+                elif with_pred:
+                    _step_with_predictor(p_by_id[layer, e], st, rg, z_by_id[layer, e], zst, rz, recall[layer],
+                                         stream_seed(key, t, layer, e, STREAM_NEURONS), keep)
+                else:
+                    _step_chain(p_by_id[layer, e], st, rg, stream_seed(key, t, layer, e, STREAM_NEURONS))
+                n0 = n
+                n = _emit(st, ids, n)
+                active_count[layer] += n - n0
+                if with_pred:
+                    m = _emit(keep, pred_ids, m)
+                row += 1
+                offsets[row] = n
+                if with_pred:
+                    pred_offsets[row] = m
+    return True, offsets, ids, n, pred_offsets, pred_ids, m

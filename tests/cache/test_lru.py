@@ -1,0 +1,77 @@
+"""LRU, checked against a plain-Python model of the documented step semantics."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+from cache_helpers import csr, random_steps
+
+from sim.cache import make_policy
+from sim.cache.lru import LRU
+
+
+def reference_lru(steps, capacity, sizes):
+    """Phase 1: hits move to the MRU end (in request order). Phase 2: each miss evicts
+    from the LRU end until it fits, or is bypassed if it cannot fit next to the pinned."""
+    cache: OrderedDict[int, int] = OrderedDict()
+    hits, evicted = [], []
+    for keys in steps:
+        pinned = 0
+        step_hits = []
+        for k in keys:
+            if k in cache:
+                cache.move_to_end(k)
+                pinned += cache[k]
+            step_hits.append(k in cache)
+        for k, hit in zip(keys, step_hits, strict=True):
+            if hit:
+                continue
+            if sizes[k] > capacity - pinned:
+                continue
+            while sum(cache.values()) + sizes[k] > capacity:
+                evicted.append(cache.popitem(last=False)[0])
+            cache[k] = sizes[k]
+            pinned += sizes[k]
+        hits.extend(step_hits)
+    return np.array(hits), evicted
+
+
+def test_matches_reference_model_on_batched_streams():
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+        n = int(rng.integers(5, 60))
+        steps = random_steps(rng, n, 150, max_step=8)
+        sizes = rng.integers(1, 5, n) if trial % 2 else np.ones(n, dtype=np.int64)
+        capacity = int(rng.integers(1, 3 * n))
+        ref_hits, ref_evicted = reference_lru(steps, capacity, sizes)
+        policy = make_policy("lru", capacity, n, sizes)
+        got_hits, got_evicted = [], []
+        for keys in steps:
+            out = policy.step(np.array(keys))
+            got_hits.append(out.hit)
+            got_evicted.extend(out.evicted.tolist())
+        np.testing.assert_array_equal(np.concatenate(got_hits), ref_hits)
+        assert got_evicted == ref_evicted
+
+
+def test_evicts_least_recently_used():
+    lru = LRU(3, 10)
+    for k in (1, 2, 3, 1):
+        lru.step([k])
+    out = lru.step([4])
+    assert out.evicted.tolist() == [2]
+    assert sorted(lru.resident().tolist()) == [1, 3, 4]
+
+
+def test_step_larger_than_capacity_bypasses_the_overflow():
+    lru = LRU(2, 10)
+    out = lru.step([0, 1, 2])
+    assert out.hit.tolist() == [False, False, False]
+    assert lru.resident().tolist() == [0, 1] and lru.used_bytes == 2
+    assert out.loaded_bytes == 3  # all three were read from flash
+
+
+def test_capacity_zero_caches_nothing():
+    items, offsets = csr([[0, 1], [0, 1]])
+    assert not LRU(0, 2).run(items, offsets).hit.any()
