@@ -24,7 +24,7 @@ app = typer.Typer(
 
 # Command modules, in help order. Groups are mounted under their name; modules with
 # ``register`` add top-level commands.
-COMMAND_MODULES = ["run", "validate", "profiles", "memory", "cache", "trace"]
+COMMAND_MODULES = ["run", "validate", "profiles", "memory", "cache", "trace", "sweep", "plan"]
 
 
 def _mount() -> None:
@@ -42,7 +42,9 @@ _mount()
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI; user errors become one line on stderr and exit status 2."""
     try:
-        app(args=argv, prog_name="sim", standalone_mode=False)
+        rc = app(args=argv, prog_name="sim", standalone_mode=False)
+        if isinstance(rc, int) and rc:  # `raise typer.Exit(n)` comes back as n without standalone mode
+            return rc
     except SimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

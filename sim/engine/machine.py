@@ -1,0 +1,339 @@
+"""The simulated phone: long-lived simpy resources for CPU threads, the I/O thread, NPU/GPU.
+
+Only a few resources exist (one store of CPU compute threads, one I/O thread per issuing
+core, one NPU, one GPU). Work arrives as whole neuron clusters, flash batches or layer
+phases, and each job's duration is computed when it starts from the device profile and
+the DRAM sharing at that moment, so the number of simpy events per token stays small.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from sim.hw.dram import DramModel
+from sim.hw.flash import FlashModel
+from sim.hw.processors import accel_kernel_time_s, cpu_demand_gbps, cpu_kernel_time_s, cpu_parallel_time_s
+from sim.profiles.device import CpuCluster, DeviceProfile
+
+Event = Generator[Any, Any, Any]
+
+
+@dataclass
+class Thread:
+    name: str
+    core: CpuCluster
+
+
+class ThreadPool(simpy.Store):
+    """Idle compute threads, handed out fastest core first.
+
+    An idle big core picks up the next neuron cluster before a slower one (as an
+    energy-aware scheduler places a busy thread on the biggest free core). Handing
+    threads out in the order they became free instead would give work to a slow core
+    while a fast one idles, and adding a core could then slow a layer down.
+    """
+
+    def __init__(self, env: simpy.Environment, threads: list[Thread]):
+        super().__init__(env, capacity=max(1, len(threads)))
+        order = sorted(range(len(threads)), key=lambda i: (-threads[i].core.int8_gops,
+                                                           -threads[i].core.fp32_gflops, i))
+        self._rank = {threads[i].name: r for r, i in enumerate(order)}
+        self.items = [threads[i] for i in order]
+
+    def _key(self, thread: Thread) -> int:
+        return self._rank[thread.name]
+
+    def insert(self, thread: Thread) -> None:
+        bisect.insort(self.items, thread, key=self._key)
+
+    def _do_put(self, event: Any) -> None:
+        if len(self.items) < self._capacity:
+            self.insert(event.item)
+            event.succeed()
+
+
+@dataclass
+class Span:
+    unit: str
+    name: str
+    start_s: float
+    end_s: float
+    token: int
+
+
+@dataclass
+class Usage:
+    """Busy seconds per unit and flash traffic, accumulated over a run."""
+
+    busy_s: dict[str, float] = field(default_factory=lambda: defaultdict(float))
+    flash_bytes: int = 0
+    flash_requests: int = 0
+    dram_bytes: float = 0.0
+
+
+class Machine:
+    """Simpy view of a device running one inference process.
+
+    ``fast_paths``: when nothing else is due at the current instant, taking a free thread
+    or queue slot (or handing one back nobody waits for) cannot reorder any event, so it
+    is done directly instead of through a simpy event the process would yield on. This
+    removes most events of a token without changing any result (a test runs both ways).
+    """
+
+    fast_paths: bool = True
+
+    def __init__(self, env: simpy.Environment, device: DeviceProfile, compute_cores: list[str],
+                 io_cores: list[str], *, record_spans: bool = False):
+        self.env = env
+        self.device = device
+        self.dram = DramModel(device)
+        self.flash = FlashModel(device)
+        self.usage = Usage()
+        self.record_spans = record_spans
+        self.spans: list[Span] = []
+        self.token = -1
+        self.threads = self._threads(compute_cores)
+        self.free_threads = ThreadPool(env, self.threads)
+        self.threads_by_speed = list(self.free_threads.items)  # the order the pool hands them out
+        self.io_threads = [Thread(f"io{i}:{name}", device.cpu.cluster(name)) for i, name in enumerate(io_cores)]
+        self.io_free = simpy.Store(env, capacity=max(1, len(self.io_threads)))
+        for th in self.io_threads:
+            self.io_free.put(th)
+        # UFS has `command_queues` hardware queues; batches from several issuers share them.
+        self.storage = simpy.Resource(env, capacity=device.storage.command_queues)
+        # With several command queues, batches overlap their latency but the device still
+        # moves one batch's data at a time (see read()).
+        self.flash_transfer = simpy.Resource(env, capacity=1)
+        self.npu = simpy.Resource(env, capacity=1) if device.npu else None
+        self.gpu = simpy.Resource(env, capacity=1) if device.gpu else None
+        self.active_agents: dict[str, int] = defaultdict(int)
+        self.cpu_demand_gbps: dict[str, float] = {}  # running CPU thread -> bandwidth it would use
+        self.active_issuers = 0
+
+    def _threads(self, names: list[str]) -> list[Thread]:
+        counts: dict[str, int] = defaultdict(int)
+        threads = []
+        for name in names:
+            core = self.device.cpu.cluster(name)
+            threads.append(Thread(f"cpu:{name}{counts[name]}", core))
+            counts[name] += 1
+        return threads
+
+    # -- fast paths (see the class docstring) -----------------------------------------
+    def _quiet(self) -> bool:
+        """No other event is due now: acting without a yield cannot reorder anything."""
+        return self.fast_paths and self.env.peek() > self.env.now
+
+    def _take(self, store: simpy.Store) -> Any:
+        """A free item, taken at once, or None when the caller must ``yield store.get()``."""
+        if store.items and not store.get_queue and self._quiet():
+            return store.items.pop(0)
+        return None
+
+    def _give(self, store: simpy.Store, item: Any) -> bool:
+        """Put ``item`` back at once; False when the caller must ``yield store.put(item)``."""
+        if not store.get_queue and not store.put_queue and len(store.items) < store.capacity and self._quiet():
+            if isinstance(store, ThreadPool):
+                store.insert(item)
+            else:
+                store.items.append(item)
+            return True
+        return False
+
+    def _acquire(self, res: simpy.Resource) -> Any:
+        """A granted request on ``res`` without yielding, or None (then request and yield)."""
+        if len(res.users) < res.capacity and not res.put_queue and self._quiet():
+            req = res.request()  # granted in its constructor; its event is a no-op
+            return req
+        return None
+
+    def _release(self, res: simpy.Resource, req: Any) -> None:
+        """Release ``req``; with nobody queued the Release event would be a no-op."""
+        if self.fast_paths and not res.put_queue and req in res.users:
+            res.users.remove(req)
+        else:
+            res.release(req)
+
+    # -- bookkeeping -----------------------------------------------------------------
+    def _span(self, unit: str, name: str, start: float) -> None:
+        end = self.env.now
+        self.usage.busy_s[unit] += end - start
+        if self.record_spans:
+            self.spans.append(Span(unit, name, start, end, self.token))
+
+    def _agents(self) -> frozenset[str]:
+        return frozenset(a for a, n in self.active_agents.items() if n > 0)
+
+    def thread_gbps(self, thread: Thread, active_threads: int) -> float:
+        return self.dram.cpu_thread_gbps(thread.core.mem_gbps, active_threads, self._agents() | {"cpu"})
+
+    def _cpu_shares(self, threads: list[Thread], weight_bytes: float, ops: float, dtype: str,
+                    agents: frozenset[str]) -> list[float]:
+        """Bandwidth for ``threads`` starting this kernel next to the CPU jobs already running."""
+        demands = [cpu_demand_gbps(th.core, weight_bytes, ops, dtype) for th in threads]
+        running = list(self.cpu_demand_gbps.values())  # idle threads are never in it
+        shares = self.dram.cpu_thread_shares(running + demands, agents)
+        for th, d in zip(threads, demands, strict=True):
+            self.cpu_demand_gbps[th.name] = d
+        return shares[len(running):]
+
+    def parallel_time_s(self, weight_bytes: float, ops: float, dtype: str,
+                        agents: frozenset[str] = frozenset({"cpu"}), threads: int | None = None) -> float:
+        """Closed-form time of a phase on the first ``threads`` compute threads (default all),
+        shared exactly as :meth:`cpu_parallel` shares it (for the analytic mode)."""
+        use = self.threads_by_speed[: threads or len(self.threads)]  # those cpu_parallel would grab
+        demands = [cpu_demand_gbps(th.core, weight_bytes, ops, dtype) for th in use]
+        bws = self.dram.cpu_thread_shares(demands, agents)
+        return cpu_parallel_time_s([th.core for th in use], weight_bytes, ops, bws, dtype)
+
+    # -- CPU ---------------------------------------------------------------------------
+    def cpu_job(self, name: str, weight_bytes: float, ops: float, dtype: str) -> Event:
+        """Run one kernel on the next free compute thread (a neuron cluster, say)."""
+        thread = self._take(self.free_threads)
+        if thread is None:
+            thread = yield self.free_threads.get()
+        self.active_agents["cpu"] += 1
+        [bw] = self._cpu_shares([thread], weight_bytes, ops, dtype, self._agents())
+        duration = cpu_kernel_time_s(thread.core, weight_bytes, ops, bw, dtype)
+        start = self.env.now
+        self.usage.dram_bytes += weight_bytes
+        yield self.env.timeout(duration)
+        self.active_agents["cpu"] -= 1
+        del self.cpu_demand_gbps[thread.name]
+        self._span(thread.name, name, start)
+        if not self._give(self.free_threads, thread):
+            yield self.free_threads.put(thread)
+
+    def cpu_parallel(self, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None) -> Event:
+        """A barrier phase shared by all compute threads (attention, predictor, LM head).
+
+        All threads are idle at a phase boundary, so the phase is one event; each thread's
+        busy time is still accounted separately.
+        """
+        use = self.threads[: threads or len(self.threads)]
+        grabbed = []
+        for _ in use:
+            thread = self._take(self.free_threads)
+            grabbed.append(thread if thread is not None else (yield self.free_threads.get()))
+        self.active_agents["cpu"] += 1
+        # Threads take work in small chunks (as llama.cpp and PowerInfer do), so each gets a
+        # share proportional to its speed and all finish together.
+        duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops,
+                                       self._cpu_shares(grabbed, weight_bytes, ops, dtype, self._agents()), dtype)
+        start = self.env.now
+        self.usage.dram_bytes += weight_bytes
+        yield self.env.timeout(duration)
+        self.active_agents["cpu"] -= 1
+        for th in grabbed:
+            del self.cpu_demand_gbps[th.name]
+        for th in grabbed:
+            self.usage.busy_s[th.name] += duration
+            if self.record_spans:
+                self.spans.append(Span(th.name, name, start, start + duration, self.token))
+        for th in grabbed:
+            if not self._give(self.free_threads, th):
+                yield self.free_threads.put(th)
+
+    # -- storage ---------------------------------------------------------------------------
+    def read(self, name: str, n_requests: int, block_bytes: int, *, sequential: bool = False,
+             span_bytes: int | None = None, issuers: int = 1, blocking: bool = False) -> Event:
+        """Issue a batch of reads from an I/O thread and wait until all complete.
+
+        ``issuers > 1`` splits the batch over that many I/O threads issuing at once (LLM in
+        a Flash's 32 reader threads, llama.cpp's faulting compute threads); ``blocking``
+        threads keep one request in flight each (see
+        :meth:`~sim.hw.flash.FlashModel.parallel_throughput_gbps`).
+        """
+        if n_requests <= 0:
+            return
+        if issuers > 1 or blocking:
+            yield from self._parallel_read(name, n_requests, block_bytes, sequential, span_bytes, issuers, blocking)
+            return
+        thread = self._take(self.io_free)
+        if thread is None:
+            thread = yield self.io_free.get()
+        slot = self._acquire(self.storage)
+        if slot is None:
+            slot = self.storage.request()
+            yield slot
+        self.active_issuers += 1
+        duration = self.flash.batch_time_s(n_requests, block_bytes, thread.core, sequential=sequential,
+                                           span_bytes=span_bytes, n_issuers=self.active_issuers)
+        start = self.env.now
+        if self.storage.capacity > 1:
+            # The throughput curve is the device's at full queue: batches on other queues
+            # hide their latency behind this one but cannot add to its transfer rate.
+            yield self.env.timeout(self.flash.latency_s)
+            with self.flash_transfer.request() as transfer:
+                yield transfer
+                yield self.env.timeout(duration - self.flash.latency_s)
+            duration = self.env.now - start
+        else:
+            yield self.env.timeout(duration)
+        self.active_issuers -= 1
+        self._release(self.storage, slot)
+        self.usage.flash_bytes += n_requests * block_bytes
+        self.usage.flash_requests += n_requests
+        self._span("storage", name, start)
+        self.usage.busy_s[thread.name] += duration
+        if self.record_spans:  # the issuing core's track (it runs the UFS driver meanwhile)
+            self.spans.append(Span(thread.name, name, start, start + duration, self.token))
+        if not self._give(self.io_free, thread):
+            yield self.io_free.put(thread)
+
+    def _parallel_read(self, name: str, n_requests: int, block_bytes: int, sequential: bool,
+                       span_bytes: int | None, issuers: int, blocking: bool) -> Event:
+        """One batch split over several I/O threads: a single storage event (a barrier).
+
+        The issuing cores' busy time is charged once per core, spread over the threads, so
+        32 threads on 8 cores do not count as 32 busy cores.
+        """
+        n_threads = max(1, min(issuers, len(self.io_threads)))
+        grabbed = []
+        for _ in range(n_threads):
+            grabbed.append((yield self.io_free.get()))
+        cores = [th.core for th in grabbed]
+        n_cores = self.flash.issuing_cores(cores)
+        with self.storage.request() as slot:
+            yield slot
+            other = self.active_issuers
+            self.active_issuers += n_cores
+            duration = self.flash.parallel_batch_time_s(n_requests, block_bytes, cores, sequential=sequential,
+                                                        span_bytes=span_bytes, blocking=blocking,
+                                                        other_issuers=other)
+            start = self.env.now
+            yield self.env.timeout(duration)
+            self.active_issuers -= n_cores
+        self.usage.flash_bytes += n_requests * block_bytes
+        self.usage.flash_requests += n_requests
+        self._span("storage", name, start)
+        for th in grabbed:
+            self.usage.busy_s[th.name] += duration * n_cores / n_threads
+        for th in grabbed:
+            yield self.io_free.put(th)
+
+    # -- accelerators ------------------------------------------------------------------------
+    def accel_job(self, unit: str, name: str, weight_bytes: float, ops: float, dtype: str, batch: int = 1,
+                  launches: int = 1) -> Event:
+        res = self.npu if unit == "npu" else self.gpu
+        prof = self.device.npu if unit == "npu" else self.device.gpu
+        assert res is not None and prof is not None
+        req = self._acquire(res)
+        if req is None:
+            req = res.request()
+            yield req
+        self.active_agents[unit] += 1
+        bw = self.dram.agent_gbps(unit, self._agents())
+        duration = accel_kernel_time_s(prof, weight_bytes, ops, bw, dtype, batch, launches)
+        start = self.env.now
+        self.usage.dram_bytes += weight_bytes
+        yield self.env.timeout(duration)
+        self.active_agents[unit] -= 1
+        self._span(unit, name, start)
+        self._release(res, req)

@@ -1,0 +1,67 @@
+"""Summaries of a run: the figures users compare (tokens/s, latency tails, hit ratio)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from sim.profiles.device import DeviceProfile
+from sim.profiles.memory import MemoryPlan
+
+
+def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, prefill_s: float,
+              prompt_tokens: int, busy_s: dict[str, float], warnings: list[str]) -> dict[str, Any]:
+    lat = tokens["latency_s"].to_numpy()
+    decode_s = float(lat.sum())
+    requests = int(tokens["requests"].sum())
+    hits = int(tokens["hits"].sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        miss_ratio = np.where(tokens["requests"] > 0, tokens["misses"] / tokens["requests"], 0.0)
+    out: dict[str, Any] = {
+        "decode_tokens_per_s": len(lat) / decode_s if decode_s > 0 else math.inf,
+        "prefill_tokens_per_s": prompt_tokens / prefill_s if prefill_s and prefill_s > 0 else None,
+        "ttft_s": prefill_s if prefill_s == prefill_s else None,
+        "latency_ms_mean": float(lat.mean() * 1e3),
+        "latency_ms_p50": float(np.percentile(lat, 50) * 1e3),
+        "latency_ms_p99": float(np.percentile(lat, 99) * 1e3),
+        "cache_hit_ratio": hits / requests if requests else 1.0,
+        "cache_miss_ratio_mean": float(miss_ratio.mean()),
+        "cache_miss_ratio_p99": float(np.percentile(miss_ratio, 99)),
+        "flash_bytes_per_token": float(tokens["flash_bytes"].mean()),
+        "memory": {"budget_bytes": plan.budget_bytes, **plan.resident, "neuron_cache": plan.neuron_cache_bytes,
+                   "unused": plan.unused_bytes, "ffn_resident_fraction": plan.ffn_resident_fraction},
+        "utilisation": {unit: (s / decode_s if decode_s else 0.0) for unit, s in sorted(busy_s.items())}
+        if busy_s else {},
+        "phases_ms_per_token": {c[:-2]: float(tokens[c].mean() * 1e3) for c in tokens.columns
+                                if c.endswith("_s") and not c.startswith("busy_") and c != "latency_s"},
+        "warnings": warnings,
+    }
+    if device.power is not None and busy_s:
+        out["energy_j_per_token"] = _energy_per_token(device, busy_s, decode_s, len(lat), tokens)
+    return out
+
+
+def _energy_per_token(device: DeviceProfile, busy_s: dict[str, float], decode_s: float, n_tokens: int,
+                      tokens: pd.DataFrame) -> float:
+    """Busy time x active power per unit, plus idle power over the run (profile's figures)."""
+    assert device.power is not None
+    joules = device.power.idle_w * decode_s
+    for unit, seconds in busy_s.items():
+        if unit.startswith("cpu:") or unit.startswith("io"):
+            name = unit.split(":", 1)[1].rstrip("0123456789")
+            try:
+                watts = device.cpu.cluster(name).active_w or 0.0
+            except KeyError:
+                watts = 0.0
+        elif unit == "storage":
+            watts = device.storage.active_w or 0.0
+        elif unit in ("npu", "gpu"):
+            acc = getattr(device, unit)
+            watts = (acc.active_w or 0.0) if acc else 0.0
+        else:
+            watts = 0.0
+        joules += watts * seconds
+    return joules / n_tokens if n_tokens else 0.0

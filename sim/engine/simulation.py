@@ -1,0 +1,178 @@
+"""Assemble and run one simulation: profiles + trace + strategy -> per-token results.
+
+``simulate`` is the library's main entry point and what ``sim run`` calls. It resolves
+names to profiles, sizes DRAM with :func:`sim.profiles.memory.plan_memory`, builds the
+simulated machine and the strategy, replays ``warmup_tokens`` of the trace through the
+cache (the cache is warm after prefill in a real session), runs prefill and then each
+decode token as simpy processes, and summarises.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import simpy
+
+from sim.engine.costs import ModelCosts
+from sim.engine.machine import Machine, Span, Usage
+from sim.engine.metrics import summarise
+from sim.engine.strategies.base import RunContext, TokenStats, get_strategy, parse_knobs
+from sim.engine.workload import check_trace_matches, iter_token_layers, popularity, replayable
+from sim.errors import SimError
+from sim.profiles.device import DeviceProfile
+from sim.profiles.memory import plan_memory
+from sim.profiles.model import ModelProfile
+from sim.profiles.registry import load_device, load_model
+from sim.traces.format import Trace
+
+MODES = ("des", "analytic")
+
+
+@dataclass
+class SimResult:
+    """Per-token rows, a summary, and (when asked for) the timeline spans."""
+
+    tokens: pd.DataFrame
+    summary: dict[str, Any]
+    spans: list[Span] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)
+    usage: Usage | None = None  # DES only: busy time, flash and DRAM traffic of the whole run
+
+
+def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset: str | None, n_tokens: int,
+                  seed: int) -> Trace:
+    """A trace file, an in-memory trace, or a synthetic one generated on the fly."""
+    if trace is not None and preset is not None:
+        raise SimError("give either --trace or --preset, not both", field="--trace")
+    if isinstance(trace, Trace):
+        loaded = trace
+    elif trace is not None:
+        loaded = Trace.load(trace)
+    else:
+        from sim.traces.params import SynthDims, preset_names
+        from sim.traces.synth import synth_trace
+
+        name = preset or model.name
+        if name not in preset_names():
+            raise SimError(f"no synthetic-trace preset {name!r}; presets: {', '.join(preset_names())} "
+                           "(or pass --trace FILE)", field="--preset")
+        loaded = synth_trace(name, SynthDims.from_model(model), n_tokens, seed)
+    label = str(trace) if isinstance(trace, str | Path) else (
+        f"in-memory trace of {loaded.meta.model}" if trace is not None else f"preset {preset or model.name}")
+    check_trace_matches(loaded.meta, model, label)
+    if loaded.meta.n_tokens < n_tokens:
+        raise SimError(f"trace has {loaded.meta.n_tokens} tokens; the run needs {n_tokens} "
+                       "(warm-up plus decode tokens)", source=label, field="--decode-tokens")
+    return loaded
+
+
+def simulate(device: str | Path | DeviceProfile = "oneplus-12",
+             model: str | Path | ModelProfile = "turbosparse-mixtral-47b",
+             strategy: str = "powerinfer2", *, trace: str | Path | Trace | None = None,
+             preset: str | None = None, memory_budget: str | int | None = None, offload: float | None = None,
+             weights_dtype: str | None = None, prompt_tokens: int = 64, decode_tokens: int = 128,
+             warmup_tokens: int = 16, policy: str | None = None, seed: int = 0, mode: str = "des",
+             knobs: dict[str, Any] | None = None, timeline: bool = False) -> SimResult:
+    """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens."""
+    wall0 = time.perf_counter()
+    if mode not in MODES:
+        raise SimError(f"must be one of {', '.join(MODES)}; got {mode!r}", field="--mode")
+    for name, value, low in (("--prompt-tokens", prompt_tokens, 1), ("--decode-tokens", decode_tokens, 1),
+                             ("--warmup-tokens", warmup_tokens, 0)):
+        if not isinstance(value, int) or value < low:
+            raise SimError(f"must be an integer >= {low}, got {value!r}", field=name)
+    if policy is not None:
+        from sim.cache import POLICY_NAMES
+
+        if policy not in POLICY_NAMES:
+            raise SimError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}", field="--policy")
+    dev = load_device(device)
+    mod = load_model(model)
+    strat_cls = get_strategy(strategy)
+    knob_values = parse_knobs(strat_cls, dict(knobs or {}))
+    context_tokens = prompt_tokens + decode_tokens
+    if strat_cls.name == "dense":
+        if memory_budget is not None or offload not in (None, 0, 0.0):
+            raise SimError("the dense strategy keeps every weight in DRAM; drop --memory-budget/--offload",
+                           field="--strategy")
+        offload = 0.0
+    plan = plan_memory(mod, dev, budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
+                       context_tokens=context_tokens, predictor=strat_cls.uses_predictor,
+                       split_scales=strat_cls.split_scales)
+    tr = replayable(resolve_trace(mod, trace, preset, warmup_tokens + decode_tokens, seed))
+    env = simpy.Environment()
+    compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
+    compute = list(getattr(knob_values, "compute_cores", None) or compute)
+    io = list(getattr(knob_values, "io_cores", None) or io)
+    for name in compute + io:
+        if name not in {c.name for c in dev.cpu.clusters}:
+            raise SimError(f"unknown CPU cluster {name!r}; {dev.name} has "
+                           f"{', '.join(c.name for c in dev.cpu.clusters)}", field="compute_cores")
+    machine = Machine(env, dev, compute, io, record_spans=timeline)
+    pop = popularity(tr, 0, warmup_tokens + decode_tokens)
+    ctx = RunContext(mod, dev, plan, ModelCosts(mod, plan.weights_dtype), tr.meta, machine, pop, prompt_tokens,
+                     np.random.default_rng(seed), policy)
+    strat = strat_cls(ctx, knob_values)
+
+    rows: list[dict[str, Any]] = []
+    warm = TokenStats()
+    prefill_stats = TokenStats()
+    tokens_iter = iter_token_layers(tr, 0, warmup_tokens + decode_tokens)
+    for _ in range(warmup_tokens):  # warm the cache untimed (the state after prefill)
+        t, layers = next(tokens_iter)
+        if hasattr(strat, "_layer_plan"):
+            for work in layers:
+                strat._layer_plan(work, t, warm)
+
+    if mode == "analytic":
+        prefill_s = float("nan")
+        for _t, layers in tokens_iter:
+            stats = TokenStats()
+            latency = strat.analytic_token_s(layers, prompt_tokens + len(rows), stats)
+            rows.append(_row(len(rows), latency, stats, {}))
+        busy: dict[str, float] = {}
+    else:
+        def session() -> Any:
+            start = env.now
+            machine.token = -1
+            yield from strat.prefill(prefill_stats)
+            prefill_done = env.now
+            rows.append({"_prefill_s": prefill_done - start})
+            for i, (t, layers) in enumerate(tokens_iter):
+                machine.token = i
+                stats = TokenStats()
+                busy0 = dict(machine.usage.busy_s)
+                t0 = env.now
+                yield from strat.decode_token(t, layers, prompt_tokens + i, stats)
+                busy_tok = {k: v - busy0.get(k, 0.0) for k, v in machine.usage.busy_s.items()}
+                rows.append(_row(i, env.now - t0, stats, busy_tok))
+
+        env.process(session())
+        env.run()
+        prefill_s = rows.pop(0)["_prefill_s"]
+        busy = {c[5:-2]: float(sum(r.get(c, 0.0) for r in rows)) for c in sorted({k for r in rows for k in r})
+                if c.startswith("busy_")}
+    df = pd.DataFrame(rows)
+    summary = summarise(df, plan=plan, device=dev, prefill_s=prefill_s, prompt_tokens=prompt_tokens,
+                        busy_s=busy, warnings=sorted(machine.flash.extrapolated))
+    summary.update(device=dev.name, model=mod.name, strategy=strat_cls.name, mode=mode, seed=seed,
+                   trace_source=tr.meta.source, wall_s=time.perf_counter() - wall0)
+    config = {"device": dev.name, "model": mod.name, "strategy": strat_cls.name,
+              "memory_budget": memory_budget, "offload": offload, "weights_dtype": plan.weights_dtype,
+              "prompt_tokens": prompt_tokens, "decode_tokens": decode_tokens, "warmup_tokens": warmup_tokens,
+              "policy": policy, "seed": seed, "mode": mode, "knobs": knob_values.model_dump()}
+    return SimResult(df, summary, machine.spans, config, machine.usage if mode == "des" else None)
+
+
+def _row(i: int, latency_s: float, stats: TokenStats, busy: dict[str, float]) -> dict[str, Any]:
+    row: dict[str, Any] = {"token": i, "latency_s": latency_s, "requests": stats.requests, "hits": stats.hits,
+                           "misses": stats.misses, "flash_bytes": stats.flash_bytes}
+    row.update(stats.phase_s)
+    for unit, seconds in busy.items():
+        row[f"busy_{unit}_s"] = seconds
+    return row

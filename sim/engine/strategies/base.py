@@ -1,0 +1,149 @@
+"""What an execution strategy is, and the registry the CLI's ``--strategy`` looks up.
+
+A strategy decides what stays in DRAM, which processor runs which part of a layer, and
+how flash reads overlap compute. It sees the hardware only through
+:class:`~sim.engine.machine.Machine` and the model only through
+:class:`~sim.engine.costs.ModelCosts` and the trace's per-layer work, so the same
+hardware model serves every strategy. Knobs are a pydantic model per strategy with
+defaults from the papers; users override them with ``--set key=value`` or a plan file.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from sim.engine.costs import ModelCosts
+from sim.engine.machine import Machine
+from sim.engine.workload import LayerWork
+from sim.errors import SimError
+from sim.profiles.device import DeviceProfile
+from sim.profiles.memory import MemoryPlan
+from sim.profiles.model import ModelProfile
+from sim.traces.format import TraceMeta
+
+Event = Generator[Any, Any, Any]
+
+
+class Knobs(BaseModel):
+    """Base of every strategy's knobs: unknown knobs are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class TokenStats:
+    """What one token did, filled in by the strategy while it runs."""
+
+    hits: int = 0
+    misses: int = 0
+    requests: int = 0
+    flash_bytes: int = 0
+    phase_s: dict[str, float] = field(default_factory=dict)
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        self.phase_s[name] = self.phase_s.get(name, 0.0) + seconds
+
+
+@dataclass
+class RunContext:
+    """Everything a strategy needs for one run."""
+
+    model: ModelProfile
+    device: DeviceProfile
+    plan: MemoryPlan
+    costs: ModelCosts
+    meta: TraceMeta
+    machine: Machine
+    popularity: np.ndarray  # activation count per flat neuron key (offline profile)
+    prompt_tokens: int
+    rng: np.random.Generator
+    policy: str | None = None
+
+    @property
+    def dtype(self) -> str:
+        return self.plan.weights_dtype
+
+    @property
+    def n_keys(self) -> int:
+        return self.meta.n_layers * self.meta.n_experts * self.meta.n_neurons
+
+
+class Strategy(ABC):
+    """One execution strategy. Subclasses register themselves with :func:`register`."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    knobs_model: ClassVar[type[Knobs]]
+    uses_predictor: ClassVar[bool] = True  # predictors occupy DRAM
+    split_scales: ClassVar[bool] = True  # FFN scales resident, bundles without them in cache
+
+    def __init__(self, ctx: RunContext, knobs: Knobs):
+        self.ctx = ctx
+        self.knobs = knobs
+
+    @classmethod
+    def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
+        """(compute cores, I/O cores) when the user gives none: see each strategy."""
+        return default_core_split(device, needs_io)
+
+    @abstractmethod
+    def prefill(self, stats: TokenStats) -> Event:
+        """Process the prompt (all prompt tokens at once)."""
+
+    @abstractmethod
+    def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
+        """Generate one token: every layer, then the LM head."""
+
+    def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
+        """Closed-form time of one decode token (``--mode analytic``)."""
+        raise SimError(f"strategy {self.name!r} has no analytic mode", field="--mode")
+
+
+REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def register(cls: type[Strategy]) -> type[Strategy]:
+    REGISTRY[cls.name] = cls
+    return cls
+
+
+def get_strategy(name: str) -> type[Strategy]:
+    import sim.engine.strategies  # noqa: F401  (registers the bundled strategies)
+
+    if name not in REGISTRY:
+        raise SimError(f"unknown strategy {name!r}; choose one of {', '.join(sorted(REGISTRY))}",
+                       field="--strategy")
+    return REGISTRY[name]
+
+
+def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--set") -> Knobs:
+    from sim.profiles.validation import validate
+
+    return validate(cls.knobs_model, values, source)
+
+
+def default_core_split(device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
+    """Compute on every core but the slowest cluster's; one I/O thread on a spare core.
+
+    [PI2 §5] runs several compute threads and one I/O thread. The I/O thread goes to the
+    multi-core cluster whose cores issue 4 KiB reads fastest (the CPU runs the UFS
+    driver, [PI2 §2.3]); little cores (the slowest cluster) are left out of compute.
+    When nothing is read from flash during decode (the model fits), that core computes
+    too; the I/O thread then only serves prefill's reads, if any.
+    """
+    clusters = device.cpu.clusters
+    slowest = min(clusters, key=lambda c: c.int8_gops)
+    compute_clusters = [c for c in clusters if c is not slowest] or list(clusters)
+    io_candidates = [c for c in compute_clusters if c.cores > 1] or list(clusters)
+    io = max(io_candidates, key=lambda c: c.io_4k_gbps)
+    compute = []
+    for c in compute_clusters:
+        n = c.cores - (1 if (c is io and needs_io) else 0)
+        compute += [c.name] * n
+    return compute or [io.name], [io.name]

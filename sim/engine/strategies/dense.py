@@ -1,0 +1,65 @@
+"""Dense in-memory inference: every weight in DRAM, every neuron computed (the reference).
+
+This is llama.cpp's behaviour when the model fits: decode streams all weights of the
+experts a token uses through the CPU threads; prefill runs on the CPU too.
+"""
+
+from __future__ import annotations
+
+from sim.engine.costs import Work
+from sim.engine.strategies.base import Event, Knobs, Strategy, TokenStats, register
+from sim.engine.workload import LayerWork
+
+
+class DenseKnobs(Knobs):
+    compute_cores: list[str] | None = None
+    io_cores: list[str] | None = None
+
+
+@register
+class Dense(Strategy):
+    name = "dense"
+    summary = "Everything in DRAM, dense compute on the CPU (in-memory reference)"
+    knobs_model = DenseKnobs
+    uses_predictor = False
+    split_scales = False
+
+    def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
+        m, costs, dtype, env = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.machine.env
+        for work in layers:
+            t0 = env.now
+            w = costs.attention(context_tokens) + costs.router()
+            yield from m.cpu_parallel("attention", w.weight_bytes, w.ops, dtype)
+            t1 = env.now
+            w = costs.dense_ffn()
+            yield from m.cpu_parallel("ffn", w.weight_bytes, w.ops, dtype)
+            n = self.ctx.model.top_k * self.ctx.model.ffn_dim
+            stats.requests += n
+            stats.hits += n
+            stats.add_phase("attention_s", t1 - t0)
+            stats.add_phase("ffn_s", env.now - t1)
+            _ = work
+        t2 = env.now
+        w = costs.lm_head()
+        yield from m.cpu_parallel("lm_head", w.weight_bytes, w.ops, dtype)
+        stats.add_phase("lm_head_s", env.now - t2)
+
+    def prefill(self, stats: TokenStats) -> Event:
+        m, costs, dtype, p = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.prompt_tokens
+        for _ in range(self.ctx.model.n_layers):
+            w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
+            yield from m.cpu_parallel("prefill", w.weight_bytes, w.ops, dtype)
+        w = costs.lm_head()
+        yield from m.cpu_parallel("lm_head", w.weight_bytes, w.ops, dtype)
+
+    def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
+        m, costs = self.ctx.machine, self.ctx.costs
+
+        def parallel(w: Work) -> float:
+            return m.parallel_time_s(w.weight_bytes, w.ops, self.ctx.dtype)
+
+        per_layer = parallel(costs.attention(context_tokens) + costs.router()) + parallel(costs.dense_ffn())
+        n = self.ctx.model.top_k * self.ctx.model.ffn_dim * len(layers)
+        stats.requests += n  # every neuron of the chosen experts, all resident (as in decode_token)
+        stats.hits += n
+        return per_layer * len(layers) + parallel(costs.lm_head())

@@ -1,0 +1,168 @@
+"""llama.cpp with a memory-mapped model: dense compute, the OS page cache as the only cache.
+
+llama.cpp maps the model file (``mmap``) and lets the kernel page weights in on demand.
+What stays in DRAM is whatever the OS page cache holds: here an LRU over the file in
+read-ahead-sized chunks (a fault reads ``readahead_bytes`` around the faulting page, the
+Linux/Android default ``read_ahead_kb = 128``), with the capacity the memory budget leaves
+after the runtime and the KV cache (which are anonymous memory, not file pages).
+
+Every token touches every weight of each layer it runs: the attention block, then the
+experts the router chose (all their neurons: llama.cpp does not exploit activation
+sparsity), then the LM head. The file is laid out layer by layer and, within a layer,
+attention first and then expert by expert, so a chunk key is the byte offset of the
+weights divided by the chunk size. Faults are synchronous: the faulting compute threads
+each wait for one read (of read-ahead size, sequential within the file) before they
+compute, so I/O never overlaps compute. Compute runs on the CPU exactly as in
+:mod:`~sim.engine.strategies.dense`, so with a budget that holds the model the two agree.
+Prefill runs on the CPU too, after faulting in each layer's whole weights.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from pydantic import Field
+
+from sim.cache import make_policy
+from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, default_core_split, register
+from sim.engine.strategies.serial import Step, cpu, read, run_steps, steps_time_s
+from sim.engine.workload import LayerWork
+from sim.profiles.device import DeviceProfile
+
+# Linux (and Android) default read-ahead window: /sys/block/<dev>/queue/read_ahead_kb = 128.
+LINUX_READAHEAD_BYTES = 128 * 1024
+
+
+class LlamaCppKnobs(Knobs):
+    compute_cores: list[str] | None = None  # default: as the dense strategy (strategies.base.default_core_split)
+    io_cores: list[str] | None = None  # threads that fault, one cluster name each; default: the compute threads
+    readahead_bytes: int = Field(LINUX_READAHEAD_BYTES, ge=4096)  # Linux/Android default read_ahead_kb = 128
+    policy: str = "lru"  # the page cache: Linux approximates LRU with its active/inactive lists
+
+
+class FileLayout:
+    """Byte ranges of the model file in chunks: input embeddings, then per layer the
+    attention block and each expert's FFN, then the LM head (GGUF-like order)."""
+
+    def __init__(self, ctx: RunContext, chunk_bytes: int):
+        model, costs = ctx.model, ctx.costs
+        fmt = costs.fmt
+        self.chunk = chunk_bytes
+        offset = 0
+
+        def segment(nbytes: float) -> np.ndarray:
+            nonlocal offset
+            start, offset = offset, offset + int(math.ceil(nbytes))
+            return np.arange(start // chunk_bytes, (max(offset, start + 1) - 1) // chunk_bytes + 1, dtype=np.int64)
+
+        vocab_bytes = fmt.packed_bytes(model.vocab * model.hidden)
+        embeddings = segment(vocab_bytes)
+        fp16_norms = 2 * model.hidden * 2  # two fp16 norms per layer, stored with the attention
+        attn_bytes = costs.attention(0).weight_bytes + fp16_norms + costs.router().weight_bytes
+        expert_bytes = costs.neurons(model.ffn_dim).weight_bytes
+        self.attention: list[np.ndarray] = []
+        self.experts: list[list[np.ndarray]] = []
+        for _ in range(model.n_layers):
+            self.attention.append(segment(attn_bytes))
+            self.experts.append([segment(expert_bytes) for _ in range(model.n_experts)])
+        self.lm_head = embeddings if model.tied_embeddings else segment(vocab_bytes)
+        self.n_keys = -(-offset // chunk_bytes)
+        self.file_bytes = offset
+
+    def layer_experts(self, layer: int, experts: np.ndarray) -> np.ndarray:
+        """Chunks of the chosen experts (neighbours may share a boundary chunk)."""
+        parts = [self.experts[layer][int(e)] for e in np.sort(experts)]
+        keys = np.concatenate(parts)
+        return np.unique(keys) if len(parts) > 1 else keys
+
+    def whole_layer(self, layer: int) -> np.ndarray:
+        return np.unique(np.concatenate([self.attention[layer], *self.experts[layer]]))
+
+
+@register
+class LlamaCpp(Strategy):
+    name = "llamacpp"
+    summary = "llama.cpp with mmap: dense CPU compute, OS page cache (LRU), synchronous page faults"
+    knobs_model = LlamaCppKnobs
+    uses_predictor = False
+    split_scales = False
+
+    @classmethod
+    def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
+        """Compute as the dense strategy with the model in DRAM (no core kept for I/O): the
+        compute threads themselves take the page faults."""
+        compute, _ = default_core_split(device, needs_io=False)
+        return compute, list(compute)
+
+    def __init__(self, ctx: RunContext, knobs: LlamaCppKnobs):
+        super().__init__(ctx, knobs)
+        self.k = knobs
+        self.layout = FileLayout(ctx, knobs.readahead_bytes)
+        plan = ctx.plan
+        anonymous = plan.resident.get("kv_cache", 0) + plan.resident.get("runtime", 0)
+        self.capacity_bytes = max(0, plan.budget_bytes - anonymous)
+        self.cache = make_policy(ctx.policy or knobs.policy, capacity_bytes=self.capacity_bytes,
+                                 n_items=self.layout.n_keys, item_bytes=knobs.readahead_bytes, strict=False)
+
+    # -- page cache ------------------------------------------------------------------------
+    def _touch(self, keys: np.ndarray, t: int, stats: TokenStats) -> int:
+        """Access ``keys`` one chunk after another; return how many fault (are read from flash).
+
+        Each chunk is its own cache step: the threads stream a matrix in file order, so a
+        chunk faulted early in a layer may evict one the same layer needs later (a whole
+        layer as one pinned step would wrongly keep the tail of a cyclic sweep resident).
+        """
+        steps = np.arange(keys.size + 1, dtype=np.int64)
+        res = self.cache.run(keys, steps, tokens=np.full(keys.size, max(t, 0), dtype=np.int64))
+        misses = int(keys.size - np.count_nonzero(res.hit))
+        stats.requests += int(keys.size)
+        stats.hits += int(keys.size) - misses
+        stats.misses += misses
+        return misses
+
+    def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[int, int, int]:
+        """Faults of (attention, chosen experts, LM head after the last layer)."""
+        lay = self.layout
+        attn = self._touch(lay.attention[work.layer], t, stats)
+        ffn = self._touch(lay.layer_experts(work.layer, work.experts), t, stats)
+        head = self._touch(lay.lm_head, t, stats) if work.layer == self.ctx.model.n_layers - 1 else 0
+        return attn, ffn, head
+
+    def _fault(self, n: int) -> Step:
+        return read("io_s", "page-fault", n, self.k.readahead_bytes, sequential=True)
+
+    def _token_steps(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> list[Step]:
+        costs, dtype = self.ctx.costs, self.ctx.dtype
+        steps: list[Step] = []
+        head_faults = 0
+        for work in layers:
+            attn_faults, ffn_faults, head = self._layer_plan(work, t, stats)
+            head_faults += head
+            w = costs.attention(context_tokens) + costs.router()
+            steps += [self._fault(attn_faults), cpu("attention_s", "attention", w.weight_bytes, w.ops, dtype)]
+            w = costs.dense_ffn()
+            steps += [self._fault(ffn_faults), cpu("ffn_s", "ffn", w.weight_bytes, w.ops, dtype)]
+        w = costs.lm_head()
+        return [*steps, self._fault(head_faults), cpu("lm_head_s", "lm_head", w.weight_bytes, w.ops, dtype)]
+
+    # -- decode / prefill / analytic ---------------------------------------------------------
+    def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
+        yield from run_steps(self.ctx.machine, self._token_steps(t, layers, context_tokens, stats), stats)
+
+    def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
+        return steps_time_s(self.ctx.machine, self._token_steps(0, layers, context_tokens, stats), stats)
+
+    def prefill(self, stats: TokenStats) -> Event:
+        """Fault in each layer's whole weights (the prompt's tokens use every expert), compute."""
+        ctx, costs = self.ctx, self.ctx.costs
+        p, dtype = ctx.prompt_tokens, ctx.dtype
+        steps: list[Step] = []
+        for layer in range(ctx.model.n_layers):
+            faults = self._touch(self.layout.whole_layer(layer), -1, stats)
+            w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
+            steps += [self._fault(faults), cpu("prefill_s", "prefill", w.weight_bytes, w.ops, dtype)]
+        w = costs.lm_head()
+        steps += [self._fault(self._touch(self.layout.lm_head, -1, stats)),
+                  cpu("lm_head_s", "lm_head", w.weight_bytes, w.ops, dtype)]
+        yield from run_steps(ctx.machine, steps, stats)

@@ -1,0 +1,220 @@
+"""LLM in a Flash [FLASH] (Alizadeh et al., arXiv 2312.11514 v3): load, then compute, per layer.
+
+Decode, per layer, strictly one step after another (no I/O-compute overlap) [FLASH §3]:
+
+1. attention on the CPU compute threads (its weights stay in DRAM: the "hybrid" half);
+2. the low-rank predictor guesses the active FFN neurons [FLASH §3.1]
+   (:meth:`~sim.engine.costs.ModelCosts.predictor`; its weights occupy DRAM);
+3. the sliding window [FLASH §3.1] keeps in DRAM the neurons predicted for the last
+   ``window_k`` tokens (the ``window`` cache policy over the memory plan's neuron cache);
+   only predicted neurons outside it are read, from ``io_threads`` parallel readers
+   [FLASH §4], either as one read of the whole neuron bundle (row-column bundling
+   [FLASH §3.2]) or as one read per matrix;
+4. memory management [FLASH §3.3]: each layer's neurons live in a preallocated matrix;
+   a new neuron's row is copied in and a dropped neuron's slot is filled by copying the
+   last row into it. Those bytes move at the CPU's copy bandwidth (read + write);
+5. the FFN multiplies the layer's matrix: all rows it holds (the window's neurons) by
+   default, since the matrix is kept compact precisely so the product stays dense.
+
+Each mechanism can be switched off to rebuild [FLASH Table 2]'s I/O ladder:
+``hybrid: false`` (naive) reads every weight every token; ``predictor: false`` reads the
+layer's whole non-resident FFN (sequentially; the neuron-cache DRAM then holds a fixed
+slice of every layer, which is what "hybrid: half of the model resident" means);
+``window_k: 0`` keeps no neurons across tokens (the +predictor row: ~10% of the FFN read
+per token); ``bundling: false`` reads each matrix's row separately.
+
+With a budget that holds the whole FFN nothing is loaded and the predicted rows are
+computed from resident weights. Prefill runs on the CPU, layer by layer: read what is
+not resident, then compute.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from sim.cache import make_policy
+from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, default_core_split, register
+from sim.engine.strategies.serial import Step, cpu, read, run_steps, spread_threads, steps_time_s
+from sim.engine.workload import LayerWork
+from sim.profiles.device import DeviceProfile
+
+# [FLASH §4]: "we use 32 threads" to read from flash (parallel reads raise SSD throughput).
+FLASH_IO_THREADS = 32
+
+
+class LlmInFlashKnobs(Knobs):
+    compute_cores: list[str] | None = None  # default: every core but the slowest cluster's (see default_cores)
+    io_cores: list[str] | None = None  # one cluster name per reader thread; default: 32 threads [FLASH §4]
+    hybrid: bool = True  # [FLASH Table 2] "hybrid": non-FFN weights stay resident; false = naive
+    predictor: bool = True  # [FLASH §3.1] low-rank predictor selects the neurons to load
+    window_k: int = Field(5, ge=0)  # [FLASH §4.1] window of k = 5 tokens for OPT-6.7B; 0 = no window
+    bundling: bool = True  # [FLASH §3.2] up column + down row of a neuron stored and read together
+    # inferred from [FLASH §3.3]: the matrix is kept compact so the layer is one dense
+    # product over all its rows; "predicted" multiplies only this token's predicted rows
+    compute_rows: Literal["window", "predicted"] = "window"
+    # None: every compute thread copies (assumed: [FLASH] runs on PyTorch, whose copy kernels
+    # use the intra-op thread pool; the paper does not say how the copies are parallelised)
+    memcpy_threads: int | None = Field(None, ge=1)
+    dense_read_block_bytes: int | None = Field(None, ge=4096)  # None: largest block the profile measured
+    policy: str = "window"  # [FLASH §3.1] sliding window; any sim.cache policy can stand in
+
+
+@register
+class LlmInFlash(Strategy):
+    name = "llm-in-flash"
+    summary = "LLM in a Flash: predictor, sliding-window cache, bundled reads, load-then-compute on the CPU"
+    knobs_model = LlmInFlashKnobs
+    uses_predictor = True  # [FLASH §4.1]: the predictor is 1.25% of the model, held in DRAM
+    split_scales = False  # [FLASH §3.2]: a neuron's bundle is self-contained (no separate scale region)
+
+    @classmethod
+    def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
+        """All but the slowest cluster compute (nothing overlaps, so no core is kept for
+        I/O); 32 reader threads [FLASH §4] run round-robin on the same cores."""
+        compute, _ = default_core_split(device, needs_io=False)
+        return compute, spread_threads(compute, FLASH_IO_THREADS)
+
+    def __init__(self, ctx: RunContext, knobs: LlmInFlashKnobs):
+        super().__init__(ctx, knobs)
+        self.k = knobs
+        model, plan, dev = ctx.model, ctx.plan, ctx.device
+        bundle = model.bundle(ctx.dtype, dev.storage.page_bytes)
+        self.row_bytes = plan.neuron_dram_bytes  # self-contained bundle (split_scales = False)
+        self.packed_bytes = bundle.packed_bytes
+        if knobs.bundling:
+            self.reads_per_neuron, self.read_block = 1, bundle.flash_bytes
+        else:
+            page = dev.storage.page_bytes
+            per_matrix = math.ceil(bundle.packed_bytes / model.ffn_matrices)
+            self.reads_per_neuron, self.read_block = model.ffn_matrices, -(-per_matrix // page) * page
+        # Random reads land within the chosen experts' slice of the layer's flash image.
+        self.span_bytes = model.top_k * model.ffn_dim * bundle.flash_bytes
+        self.dense_block = knobs.dense_read_block_bytes or max(p.block for p in dev.storage.seq_read)
+        self.n_groups = ctx.meta.n_layers * ctx.meta.n_experts
+        self.rows = np.zeros(self.n_groups, dtype=np.int64)  # neurons held per (layer, expert) matrix
+        self.last_token = -1  # last token index the window saw (the analytic mode continues from it)
+        self.policy = None
+        # When the budget holds the whole FFN nothing is ever loaded (in-memory run): the
+        # predicted rows are computed from resident weights, nothing is copied.
+        self.all_resident = knobs.hybrid and plan.neuron_cache_bytes >= plan.ffn_bytes
+        if knobs.predictor and knobs.window_k > 0 and not self.all_resident:
+            self.policy = make_policy(ctx.policy or knobs.policy, capacity_bytes=plan.neuron_cache_bytes,
+                                      n_items=ctx.n_keys, item_bytes=self.row_bytes, strict=False,
+                                      window_tokens=knobs.window_k)
+        # Without the predictor every neuron is needed every token, so no window can save
+        # reads; the neuron-cache DRAM then holds a fixed slice of each layer (hybrid).
+        self.static_share = plan.ffn_resident_fraction if (knobs.hybrid and not knobs.predictor) else 0.0
+
+    # -- per-layer plan (shared by warm-up, DES and analytic) -------------------------------
+    def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[int, int, int, int]:
+        """(neurons read sparsely, FFN rows multiplied, rows copied, FFN bytes read densely)."""
+        model = self.ctx.model
+        self.last_token = max(self.last_token, t)
+        if not self.k.predictor:
+            n = model.top_k * model.ffn_dim
+            resident = int(round(self.static_share * n))
+            stats.requests += n
+            stats.hits += resident
+            stats.misses += n - resident
+            return 0, n, 0, (n - resident) * self.packed_bytes
+        keys = work.predicted
+        n = int(keys.size)
+        stats.requests += n
+        if self.all_resident:
+            stats.hits += n
+            return 0, n, 0, 0
+        if self.policy is None:  # no window: read the whole predicted set, drop it after use
+            stats.misses += n
+            return n, n, n, 0
+        used0 = self.policy.used_bytes
+        res = self.policy.step(keys, token=t, check=False)
+        n_miss = res.misses
+        evicted = res.evicted
+        inserted = (self.policy.used_bytes - used0) // self.row_bytes + evicted.size
+        # Misses are inserted in key order until the step's pinned bytes fill the capacity;
+        # the rest are read, used and dropped (bypassed).
+        missed = res.missed
+        groups = self.ctx.meta.n_neurons
+        if inserted:
+            self.rows += np.bincount(missed[:inserted] // groups, minlength=self.n_groups)
+        if evicted.size:
+            self.rows -= np.bincount(evicted // groups, minlength=self.n_groups)
+        stats.hits += n - n_miss
+        stats.misses += n_miss
+        if self.k.compute_rows == "window":
+            base = work.layer * self.ctx.meta.n_experts
+            rows = int(self.rows[base + work.experts].sum()) + (n_miss - inserted)
+        else:
+            rows = n
+        return n_miss, rows, int(inserted + evicted.size), 0
+
+    # -- steps -------------------------------------------------------------------------------
+    def _dense_read(self, phase: str, name: str, nbytes: float) -> Step:
+        return read(phase, name, math.ceil(nbytes / self.dense_block), self.dense_block, sequential=True)
+
+    def _layer_steps(self, work: LayerWork, t: int, context_tokens: int, stats: TokenStats) -> list[Step]:
+        costs, dtype, k = self.ctx.costs, self.ctx.dtype, self.k
+        steps = []
+        attn = costs.attention(context_tokens) + costs.router()
+        if not k.hybrid:
+            steps.append(self._dense_read("io_s", "attention-read", costs.attention(0).weight_bytes))
+        steps.append(cpu("attention_s", "attention", attn.weight_bytes, attn.ops, dtype))
+        if k.predictor:
+            w = costs.predictor()
+            steps.append(cpu("predictor_s", "predictor", w.weight_bytes, w.ops, self.ctx.model.predictor.dtype))
+        loaded, rows, moved, dense_bytes = self._layer_plan(work, t, stats)
+        if dense_bytes:
+            steps.append(self._dense_read("io_s", "ffn-read", dense_bytes))
+        if loaded:
+            steps.append(read("io_s", "neuron-read", loaded * self.reads_per_neuron, self.read_block,
+                              span_bytes=self.span_bytes))
+        if moved:  # memcpy: every byte is read once and written once
+            steps.append(cpu("memory_management_s", "memory-management", 2 * moved * self.row_bytes, 0, dtype,
+                             threads=k.memcpy_threads))
+        w = costs.neurons(rows)
+        steps.append(cpu("ffn_s", "ffn", w.weight_bytes, w.ops, dtype))
+        return steps
+
+    def _head_steps(self) -> list[Step]:
+        w = self.ctx.costs.lm_head()
+        steps = [] if self.k.hybrid else [self._dense_read("io_s", "lm-head-read", w.weight_bytes)]
+        return [*steps, cpu("lm_head_s", "lm_head", w.weight_bytes, w.ops, self.ctx.dtype)]
+
+    def _token_steps(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> list[Step]:
+        steps = [s for work in layers for s in self._layer_steps(work, t, context_tokens, stats)]
+        return steps + self._head_steps()
+
+    # -- decode / prefill / analytic -----------------------------------------------------------
+    def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
+        m = self.ctx.machine
+        for work in layers:  # plan each layer when it runs: the window moves layer by layer
+            yield from run_steps(m, self._layer_steps(work, t, context_tokens, stats), stats)
+        yield from run_steps(m, self._head_steps(), stats)
+
+    def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
+        t = self.last_token + 1  # analytic tokens follow the warm-up tokens, as in the DES
+        return steps_time_s(self.ctx.machine, self._token_steps(t, layers, context_tokens, stats), stats)
+
+    def prefill(self, stats: TokenStats) -> Event:
+        """CPU prefill, per layer: read every non-resident weight of the layer, then compute."""
+        ctx, costs, model = self.ctx, self.ctx.costs, self.ctx.model
+        p, dtype = ctx.prompt_tokens, ctx.dtype
+        steps: list[Step] = []
+        per_layer = model.n_experts * model.ffn_dim
+        for layer in range(model.n_layers):
+            if not self.k.hybrid:
+                steps.append(self._dense_read("io_s", "attention-read", costs.attention(0).weight_bytes))
+            group = slice(layer * model.n_experts, (layer + 1) * model.n_experts)
+            resident = per_layer if self.all_resident else (
+                int(self.rows[group].sum()) + int(round(self.static_share * per_layer)))
+            steps.append(self._dense_read("io_s", "ffn-read", max(0, per_layer - resident) * self.packed_bytes))
+            attn = costs.attention(p, batch=p)
+            kv_bytes = attn.weight_bytes - costs.attention(0).weight_bytes
+            ops = attn.ops + costs.dense_ffn(batch=p).ops
+            steps.append(cpu("prefill_s", "prefill", costs.layer_weight_bytes() + kv_bytes, ops, dtype))
+        steps += self._head_steps()
+        yield from run_steps(ctx.machine, steps, stats)

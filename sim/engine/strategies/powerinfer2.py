@@ -1,0 +1,251 @@
+"""PowerInfer-2 [PI2]: neuron clusters on CPU and NPU, segmented cache, I/O-compute pipeline.
+
+Decode, per layer [PI2 §4-5]:
+
+1. attention and the router run on the CPU compute threads (a barrier phase);
+2. the low-rank predictors of the chosen experts guess the active neurons;
+3. the hottest neurons of each chosen expert (those covering ``npu_activation_share`` of
+   its activations in the offline profile) run densely on the NPU, as at batch 1 in the
+   paper; the remaining predicted neurons run sparsely on the CPU as neuron clusters;
+4. each CPU cluster goes through the 5-stage pipeline: Gate read (missing neurons only),
+   Gate compute, Up/Down read (only neurons whose gate fired, i.e. truly active), Up/Down
+   compute. One I/O thread serves reads in arrival order while the compute threads run
+   other clusters; resident clusters are scheduled first so compute starts at once.
+
+Prefill runs on the NPU over all prompt tokens, one layer at a time, while a big core
+prefetches the next layer's non-resident FFN weights with large sequential reads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from sim.engine.costs import Work
+from sim.engine.neuron_cache import NeuronCache
+from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
+from sim.engine.workload import LayerWork
+from sim.hw.processors import accel_kernel_time_s
+
+
+class PowerInfer2Knobs(Knobs):
+    compute_cores: list[str] | None = None  # default: see strategies.base.default_core_split
+    io_cores: list[str] | None = None  # [PI2 §5]: one I/O thread
+    cluster_neurons: int = Field(512, ge=1)  # [PI2 §4.2]: CPU clusters such as 512 x 4096
+    npu_activation_share: float = Field(0.5, ge=0, le=1)  # [PI2 §4.2]: half NPU at batch 1
+    hot_share: float = Field(0.5, ge=0, le=1)  # share of the neuron cache in the hot region
+    policy: str = "lru"  # cold region [PI2 §4.3]: neuron-level LRU
+    split_gate_read: bool = True  # [PI2 §4.4]: Gate first, Up/Down only if the gate fired
+    prefill_on_npu: bool = True  # [PI2 §4.1]
+    prefill_block_bytes: int = Field(512 * 1024, ge=4096)  # sequential prefetch reads
+
+
+@register
+class PowerInfer2(Strategy):
+    name = "powerinfer2"
+    summary = "PowerInfer-2: hot neurons on NPU, cold neuron clusters on CPU, pipelined flash I/O"
+    knobs_model = PowerInfer2Knobs
+
+    def __init__(self, ctx: RunContext, knobs: PowerInfer2Knobs):
+        super().__init__(ctx, knobs)
+        self.k = knobs
+        plan = ctx.plan
+        self.cache = NeuronCache(ctx.n_keys, plan.neuron_dram_bytes, plan.neuron_cache_bytes, ctx.popularity,
+                                 knobs.hot_share, ctx.policy or knobs.policy)
+        self.use_npu = ctx.device.npu is not None and knobs.npu_activation_share > 0
+        self.is_npu, self.npu_count = self._npu_set() if self.use_npu else (None, None)
+        self._scratch = np.zeros(ctx.n_keys, dtype=bool)  # see _fired
+        bundle = ctx.model.bundle(ctx.dtype, ctx.device.storage.page_bytes)
+        self.bundle = bundle
+        gated = ctx.model.ffn_gated and knobs.split_gate_read
+        self.gate_block = bundle.gate_flash_bytes if gated else bundle.flash_bytes
+        self.ud_block = bundle.up_down_flash_bytes if gated else 0
+        # Random reads land within the chosen experts' slice of the flash image.
+        self.span_bytes = ctx.model.top_k * ctx.model.ffn_dim * bundle.flash_bytes
+
+    def _npu_set(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per (layer, expert): hot neurons covering the NPU's share of activations."""
+        meta, pop = self.ctx.meta, self.ctx.popularity
+        per = pop.reshape(meta.n_layers * meta.n_experts, meta.n_neurons)
+        order = np.argsort(-per, axis=1, kind="stable")
+        sorted_counts = np.take_along_axis(per, order, axis=1)
+        totals = sorted_counts.sum(axis=1, keepdims=True)
+        cum = np.cumsum(sorted_counts, axis=1)
+        share = self.k.npu_activation_share
+        take = (cum - sorted_counts) < share * np.maximum(totals, 1)
+        take &= sorted_counts > 0
+        is_npu = np.zeros_like(per, dtype=bool)
+        np.put_along_axis(is_npu, order, take, axis=1)
+        is_npu = is_npu.reshape(-1) & self.cache.is_hot  # the NPU computes resident neurons only
+        counts = is_npu.reshape(meta.n_layers, meta.n_experts, meta.n_neurons).sum(axis=2)
+        return is_npu, counts
+
+    # -- per-layer plan (shared by DES and analytic) ---------------------------------------
+    def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[float, list[tuple[int, int, int, int]]]:
+        """(NPU neurons, clusters as (neurons, fired, gate misses, up/down misses))."""
+        predicted = work.predicted
+        n_npu = 0.0
+        if self.use_npu:
+            on_npu = self.is_npu[predicted]
+            cpu_keys = predicted[~on_npu]
+            n_npu = float(self.npu_count[work.layer, work.experts].sum())
+        else:
+            cpu_keys = predicted
+        step = self.cache.step(cpu_keys, token=t)
+        resident = step.resident
+        stats.requests += int(predicted.size)
+        stats.hits += int(predicted.size - cpu_keys.size) + step.hits
+        stats.misses += int(cpu_keys.size) - step.hits
+        return n_npu, cluster_counts(resident, _fired(cpu_keys, work, self._scratch), self.k.cluster_neurons)
+
+    def _cluster_reads(self, gate_miss: int, ud_miss: int) -> tuple[int, int]:
+        """(gate-read requests, up/down-read requests) for a cluster's missing neurons."""
+        if self.ud_block:
+            return gate_miss, ud_miss
+        return gate_miss, 0
+
+    # -- decode --------------------------------------------------------------------------
+    def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
+        m, costs, env = self.ctx.machine, self.ctx.costs, self.ctx.machine.env
+        dtype = self.ctx.dtype
+        for work in layers:
+            t0 = env.now
+            yield from m.cpu_parallel("attention", *_wo(costs.attention(context_tokens) + costs.router()), dtype)
+            t1 = env.now
+            yield from m.cpu_parallel("predictor", *_wo(costs.predictor()), self.ctx.model.predictor.dtype)
+            t2 = env.now
+            n_npu, clusters = self._layer_plan(work, t, stats)
+            procs = []
+            if n_npu:
+                npu_work = costs.neurons(n_npu)
+                procs.append(env.process(m.accel_job("npu", "ffn-hot", npu_work.weight_bytes, npu_work.ops, dtype)))
+            for n, n_fired, gate_miss, ud_miss in clusters:
+                procs.append(env.process(self._cluster(n, n_fired, gate_miss, ud_miss, stats)))
+            if procs:
+                yield env.all_of(procs)
+            stats.add_phase("attention_s", t1 - t0)
+            stats.add_phase("predictor_s", t2 - t1)
+            stats.add_phase("ffn_s", env.now - t2)
+        t3 = env.now
+        yield from m.cpu_parallel("lm_head", *_wo(costs.lm_head()), dtype)
+        stats.add_phase("lm_head_s", env.now - t3)
+
+    def _cluster(self, n: int, n_fired: int, gate_miss: int, ud_miss: int, stats: TokenStats) -> Event:
+        m, costs, dtype = self.ctx.machine, self.ctx.costs, self.ctx.dtype
+        gate_reads, ud_reads = self._cluster_reads(gate_miss, ud_miss)
+        first_mats = 1  # the gate (the up matrix in non-gated FFNs) decides which neurons fired
+        if gate_reads:
+            yield from m.read("gate-read", gate_reads, self.gate_block, span_bytes=self.span_bytes)
+            stats.flash_bytes += gate_reads * self.gate_block
+        w = costs.neurons(n, first_mats)
+        yield from m.cpu_job("gate", w.weight_bytes, w.ops, dtype)
+        if ud_reads:
+            yield from m.read("updown-read", ud_reads, self.ud_block, span_bytes=self.span_bytes)
+            stats.flash_bytes += ud_reads * self.ud_block
+        if n_fired:
+            w = costs.neurons(n_fired, self.ctx.model.ffn_matrices - first_mats)
+            yield from m.cpu_job("up-down", w.weight_bytes, w.ops, dtype)
+
+    # -- prefill -----------------------------------------------------------------------------
+    def prefill(self, stats: TokenStats) -> Event:
+        ctx, m = self.ctx, self.ctx.machine
+        env, costs, model = m.env, ctx.costs, ctx.model
+        p = ctx.prompt_tokens
+        unit = "npu" if (self.k.prefill_on_npu and ctx.device.npu is not None) else None
+        offload = ctx.plan.offload_fraction
+        layer_ffn_flash = model.n_experts * model.ffn_dim * self.bundle.flash_bytes
+        read_bytes = int(offload * layer_ffn_flash)
+        block = self.k.prefill_block_bytes
+        ready = [env.event() for _ in range(model.n_layers)]
+
+        def prefetch() -> Event:  # one big core streams each layer's missing weights in order
+            for layer in range(model.n_layers):
+                if read_bytes:
+                    yield from m.read("prefetch", -(-read_bytes // block), block, sequential=True)
+                    stats.flash_bytes += -(-read_bytes // block) * block
+                ready[layer].succeed()
+
+        env.process(prefetch())
+        per_token_ffn = costs.dense_ffn()
+        attn = costs.attention(p, batch=p)
+        for layer in range(model.n_layers):
+            yield ready[layer]
+            ops = attn.ops + per_token_ffn.ops * p
+            weights = costs.layer_weight_bytes()
+            if unit:
+                yield from m.accel_job(unit, "prefill", weights, ops, ctx.dtype, batch=p)
+            else:
+                yield from m.cpu_parallel("prefill", weights, ops, ctx.dtype)
+        yield from m.cpu_parallel("lm_head", *_wo(costs.lm_head()), ctx.dtype)
+
+    # -- analytic --------------------------------------------------------------------------
+    def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
+        """[PI2 §5.3] cost model: attention + predictor + max(FFN compute, I/O) per layer."""
+        ctx, costs, m = self.ctx, self.ctx.costs, self.ctx.machine
+        dtype = ctx.dtype
+        agents = frozenset({"cpu"})
+
+        def parallel(w: Work, kind: str, agents: frozenset[str] = agents) -> float:
+            return m.parallel_time_s(w.weight_bytes, w.ops, kind, agents)
+
+        total = 0.0
+        io_core = m.io_threads[0].core
+        for work in layers:
+            attn = parallel(costs.attention(context_tokens) + costs.router(), dtype)
+            pred = parallel(costs.predictor(), ctx.model.predictor.dtype)
+            n_npu, clusters = self._layer_plan(work, 0, stats)
+            both = agents | ({"npu"} if n_npu else set())
+            neurons = sum(c[0] for c in clusters)
+            fired = sum(c[1] for c in clusters)
+            cpu_ffn = parallel(costs.neurons(neurons, 1) + costs.neurons(fired, ctx.model.ffn_matrices - 1),
+                               dtype, frozenset(both))
+            npu_ffn = 0.0
+            if n_npu:
+                w = costs.neurons(n_npu)
+                npu_ffn = accel_kernel_time_s(ctx.device.npu, w.weight_bytes, w.ops,
+                                              m.dram.agent_gbps("npu", frozenset(both)), dtype)
+            io = 0.0
+            for _, _, gate_miss, ud_miss in clusters:
+                g, u = self._cluster_reads(gate_miss, ud_miss)
+                io += m.flash.batch_time_s(g, self.gate_block, io_core, span_bytes=self.span_bytes)
+                io += m.flash.batch_time_s(u, self.ud_block, io_core, span_bytes=self.span_bytes)
+                stats.flash_bytes += g * self.gate_block + u * self.ud_block
+            total += attn + pred + max(cpu_ffn, npu_ffn, io)
+        return total + parallel(costs.lm_head(), dtype)
+
+
+def _fired(keys: np.ndarray, work: LayerWork, scratch: np.ndarray) -> np.ndarray:
+    """Which of ``keys`` (a subset of the predicted set) are truly active.
+
+    ``scratch`` is an all-False bool array over every key; it is set and cleared here
+    (two scatters and a gather beat a sorted-set search on a layer's few thousand keys).
+    """
+    if work.predicted is work.active:
+        return np.ones(keys.size, dtype=bool)
+    scratch[work.active] = True
+    fired = scratch[keys]
+    scratch[work.active] = False
+    return fired
+
+
+def cluster_counts(resident: np.ndarray, fired: np.ndarray, cluster: int) -> list[tuple[int, int, int, int]]:
+    """Split neurons into clusters of ``cluster``, resident ones first (in their order).
+
+    Resident neurons go first so compute starts while the I/O thread fetches the rest.
+    Returns per cluster (neurons, fired, gate misses, up/down misses), computed with
+    prefix sums instead of a Python loop over slices.
+    """
+    n = int(resident.size)
+    hits = int(np.count_nonzero(resident))
+    fired_sorted = np.concatenate((fired[resident], fired[~resident]))
+    cum = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(fired_sorted, out=cum[1:])
+    starts = np.arange(0, n, cluster, dtype=np.int64)
+    ends = np.minimum(starts + cluster, n)
+    first_miss = np.minimum(np.maximum(starts, hits), ends)
+    return list(zip((ends - starts).tolist(), (cum[ends] - cum[starts]).tolist(), (ends - first_miss).tolist(),
+                    (cum[ends] - cum[first_miss]).tolist(), strict=True))
+
+
+def _wo(w: Work) -> tuple[float, float]:
+    return w.weight_bytes, w.ops

@@ -1,0 +1,91 @@
+"""Strictly sequential layer execution: each step waits for the one before it.
+
+LLM in a Flash loads a layer's neurons and only then computes it [FLASH §3], and
+llama.cpp's page faults stall the faulting threads [mmap]; neither overlaps I/O with
+compute. Such a token is a list of steps (a CPU phase on the compute threads or a batch
+of flash reads from several issuing threads), so the discrete-event run and the
+analytic closed form charge exactly the same work: the DES replays the steps through
+:class:`~sim.engine.machine.Machine`, the analytic mode adds up their service times.
+With nothing running concurrently the two agree exactly, which a test holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.engine.machine import Machine
+from sim.engine.strategies.base import Event, TokenStats
+
+
+@dataclass(frozen=True)
+class Step:
+    """One CPU phase (``kind="cpu"``) or one batch of flash reads (``kind="read"``)."""
+
+    phase: str  # per-token column it is charged to, e.g. "io_s"
+    kind: str
+    name: str
+    weight_bytes: float = 0.0
+    ops: float = 0.0
+    dtype: str = "fp16"
+    threads: int | None = None  # CPU threads used (None: all compute threads)
+    n_requests: int = 0
+    block_bytes: int = 0
+    sequential: bool = False
+    span_bytes: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        if self.kind == "read":
+            return self.n_requests <= 0
+        return self.weight_bytes <= 0 and self.ops <= 0
+
+
+def cpu(phase: str, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None) -> Step:
+    return Step(phase, "cpu", name, weight_bytes=weight_bytes, ops=ops, dtype=dtype, threads=threads)
+
+
+def read(phase: str, name: str, n_requests: int, block_bytes: int, *, sequential: bool = False,
+         span_bytes: int | None = None) -> Step:
+    return Step(phase, "read", name, n_requests=int(n_requests), block_bytes=int(block_bytes), sequential=sequential,
+                span_bytes=span_bytes)
+
+
+def run_steps(m: Machine, steps: list[Step], stats: TokenStats) -> Event:
+    """Run the steps one after another on the simulated machine (every I/O thread issues)."""
+    env = m.env
+    for step in steps:
+        if step.empty:
+            continue
+        t0 = env.now
+        if step.kind == "cpu":
+            yield from m.cpu_parallel(step.name, step.weight_bytes, step.ops, step.dtype, threads=step.threads)
+        else:
+            yield from m.read(step.name, step.n_requests, step.block_bytes, sequential=step.sequential,
+                              span_bytes=step.span_bytes, issuers=len(m.io_threads), blocking=True)
+            stats.flash_bytes += step.n_requests * step.block_bytes
+        stats.add_phase(step.phase, env.now - t0)
+
+
+def steps_time_s(m: Machine, steps: list[Step], stats: TokenStats) -> float:
+    """Closed-form time of the same steps (``--mode analytic``)."""
+    total = 0.0
+    cpu_agents = frozenset({"cpu"})
+    io_cores = [th.core for th in m.io_threads]
+    for step in steps:
+        if step.empty:
+            continue
+        if step.kind == "cpu":
+            seconds = m.parallel_time_s(step.weight_bytes, step.ops, step.dtype, cpu_agents, threads=step.threads)
+        else:
+            seconds = m.flash.parallel_batch_time_s(step.n_requests, step.block_bytes, io_cores,
+                                                    sequential=step.sequential, span_bytes=step.span_bytes,
+                                                    blocking=True)
+            stats.flash_bytes += step.n_requests * step.block_bytes
+        stats.add_phase(step.phase, seconds)
+        total += seconds
+    return total
+
+
+def spread_threads(cores: list[str], n_threads: int) -> list[str]:
+    """``n_threads`` thread placements, round-robin over a list of cores (cluster names)."""
+    return [cores[i % len(cores)] for i in range(n_threads)] if cores else []

@@ -1,0 +1,53 @@
+"""Timelines of a run: Chrome/Perfetto trace-event JSON and a Gantt chart (drawn by sim.plots).
+
+Spans come from :class:`~sim.engine.machine.Machine` when a run records them: one track
+per compute thread, I/O thread, NPU/GPU and the storage queue, so a user can see in
+ui.perfetto.dev whether flash reads hide behind compute.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sim.engine.machine import Span
+
+
+def perfetto_events(spans: list[Span]) -> list[dict[str, object]]:
+    units = sorted({s.unit for s in spans}, key=_unit_order)
+    tid = {u: i + 1 for i, u in enumerate(units)}
+    events: list[dict[str, object]] = [
+        {"name": "process_name", "ph": "M", "pid": 1, "tid": 0, "args": {"name": "simulated device"}}]
+    for unit in units:
+        events.append({"name": "thread_name", "ph": "M", "pid": 1, "tid": tid[unit], "args": {"name": unit}})
+    for s in spans:
+        events.append({"name": s.name, "cat": s.unit.split(":")[0], "ph": "X", "pid": 1, "tid": tid[s.unit],
+                       "ts": s.start_s * 1e6, "dur": max(0.0, (s.end_s - s.start_s) * 1e6),
+                       "args": {"token": s.token}})
+    return events
+
+
+def write_perfetto(spans: list[Span], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"traceEvents": perfetto_events(spans), "displayTimeUnit": "ms"}))
+    return path
+
+
+def _unit_order(unit: str) -> tuple[int, str]:
+    for i, prefix in enumerate(("cpu", "npu", "gpu", "io", "storage")):
+        if unit.startswith(prefix):
+            return i, unit
+    return 9, unit
+
+
+def draw_gantt(spans: list[Span], path: str | Path, *, tokens: int = 2) -> Path:
+    """A Gantt chart PNG of the first ``tokens`` decode tokens: one row per unit.
+
+    Drawn by :func:`sim.plots.plot_gantt`, the one Gantt implementation (the notebooks and
+    ``python -m sim.docs`` use it too); this keeps ``sim run --gantt`` a one-liner.
+    """
+    from sim.plots import plot_gantt, save_figure
+
+    ax = plot_gantt(spans, first_token=0, n_tokens=tokens)
+    return save_figure(ax.figure, path, dpi=110)

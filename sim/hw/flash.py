@@ -1,0 +1,124 @@
+"""Flash storage service times: request size, access pattern, address span, issuing core.
+
+The model is physical and uses only the device profile:
+
+- the device delivers ``rand_read(size)`` (or ``seq_read(size)``) GB/s at full queue,
+  interpolated in log-log space between measured points;
+- random reads spread over a larger span run slower (``range_effect``, [PI2 §2.3]);
+- the CPU core that issues the reads runs the UFS driver, so it can issue at most
+  ``io_4k_gbps / 4 KiB`` requests per second [PI2 §2.3: big 1076, mid 1008, little 762 MB/s];
+- a batch of ``n`` requests costs one request latency (filling the queue) plus its bytes
+  at the resulting throughput, so small batches cannot hide latency;
+- UFS has one command queue: several issuing cores contend and lose up to
+  ``multi_issuer_penalty`` of the throughput [PI2 §2.3].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from sim.hw.curves import linlog_interp, loglog_interp
+from sim.profiles.device import CpuCluster, DeviceProfile
+
+
+@dataclass
+class FlashModel:
+    """Service-time functions of one device's storage (no simpy: shared by DES and analytic)."""
+
+    device: DeviceProfile
+    extrapolated: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        st = self.device.storage
+        self._seq = ([p.block for p in st.seq_read], [p.gbps for p in st.seq_read])
+        self._rand = ([p.block for p in st.rand_read], [p.gbps for p in st.rand_read])
+        self._range = ([p.span for p in st.range_effect], [p.factor for p in st.range_effect])
+        self.page_bytes = st.page_bytes
+        self.latency_s = st.read_latency_us * 1e-6
+        self.queue_depth = st.queue_depth
+        self.peak_gbps = max(max(self._seq[1]), max(self._rand[1]))
+
+    def device_gbps(self, block_bytes: int, sequential: bool = False, span_bytes: int | None = None) -> float:
+        """What the device alone sustains for requests of this size at full queue."""
+        xs, ys = self._seq if sequential else self._rand
+        gbps, extra = loglog_interp(block_bytes, xs, ys)
+        if extra:
+            self.extrapolated.add(f"storage {'sequential' if sequential else 'random'} read of "
+                                  f"{block_bytes} B outside measured {xs[0]}-{xs[-1]} B")
+        if not sequential and span_bytes is not None and self._range[0]:
+            factor, _ = linlog_interp(span_bytes, *self._range)
+            gbps *= factor
+        return gbps
+
+    def issuer_gbps(self, block_bytes: int, core: CpuCluster) -> float:
+        """Throughput the issuing core's driver work allows (requests/s times size)."""
+        return core.io_4k_gbps * 1e9 / 4096 * block_bytes / 1e9
+
+    def throughput_gbps(self, block_bytes: int, core: CpuCluster, *, sequential: bool = False,
+                        span_bytes: int | None = None, n_issuers: int = 1) -> float:
+        gbps = min(self.device_gbps(block_bytes, sequential, span_bytes), self.issuer_gbps(block_bytes, core))
+        if n_issuers > 1:
+            penalty = self.device.storage.multi_issuer_penalty
+            gbps *= 1.0 - penalty * (1.0 - 1.0 / n_issuers)
+        return gbps
+
+    def batch_time_s(self, n_requests: int, block_bytes: int, core: CpuCluster, *, sequential: bool = False,
+                     span_bytes: int | None = None, n_issuers: int = 1) -> float:
+        """Time to serve ``n_requests`` reads of ``block_bytes`` issued together by ``core``."""
+        if n_requests <= 0:
+            return 0.0
+        gbps = self.throughput_gbps(block_bytes, core, sequential=sequential, span_bytes=span_bytes,
+                                    n_issuers=n_issuers)
+        return self.latency_s + n_requests * block_bytes / (gbps * 1e9)
+
+    def parallel_throughput_gbps(self, block_bytes: int, threads: Sequence[CpuCluster], *, sequential: bool = False,
+                                 span_bytes: int | None = None, blocking: bool = True,
+                                 other_issuers: int = 0) -> float:
+        """Throughput of reads split over several issuing threads (LLM in a Flash's 32 threads).
+
+        - the driver work spreads over the distinct cores the threads run on: per cluster at
+          most ``cores`` threads issue at once, each at its core's ``io_4k_gbps`` rate;
+        - those cores (plus ``other_issuers`` issuing elsewhere) contend for the single UFS
+          command queue and lose ``multi_issuer_penalty`` as for several single issuers;
+        - ``blocking`` threads (``pread``, page faults) keep one request in flight each, so
+          by Little's law they sustain at most ``threads x block / (latency + block / device
+          rate)``, which is how a lone blocking reader is latency-bound.
+        """
+        if not threads:
+            raise ValueError("a parallel read needs at least one issuing thread")
+        device = self.device_gbps(block_bytes, sequential, span_bytes)
+        used = _cores_used(threads)
+        issuing = sum(n for _, n in used)
+        gbps = min(device, sum(n * self.issuer_gbps(block_bytes, core) for core, n in used))
+        if blocking:
+            per_thread = block_bytes / (self.latency_s + block_bytes / (device * 1e9)) / 1e9
+            gbps = min(gbps, len(threads) * per_thread)
+        n_issuers = issuing + other_issuers
+        if n_issuers > 1:
+            gbps *= 1.0 - self.device.storage.multi_issuer_penalty * (1.0 - 1.0 / n_issuers)
+        return gbps
+
+    def parallel_batch_time_s(self, n_requests: int, block_bytes: int, threads: Sequence[CpuCluster], *,
+                              sequential: bool = False, span_bytes: int | None = None, blocking: bool = True,
+                              other_issuers: int = 0) -> float:
+        """Time to serve ``n_requests`` reads of ``block_bytes`` split over ``threads``."""
+        if n_requests <= 0:
+            return 0.0
+        gbps = self.parallel_throughput_gbps(block_bytes, threads, sequential=sequential, span_bytes=span_bytes,
+                                             blocking=blocking, other_issuers=other_issuers)
+        return self.latency_s + n_requests * block_bytes / (gbps * 1e9)
+
+    @staticmethod
+    def issuing_cores(threads: Sequence[CpuCluster]) -> int:
+        """Distinct cores a set of issuing threads occupies (threads beyond a cluster's cores share)."""
+        return sum(n for _, n in _cores_used(threads))
+
+
+def _cores_used(threads: Sequence[CpuCluster]) -> list[tuple[CpuCluster, int]]:
+    """Per cluster the threads run on: (cluster, cores they keep busy, at most its core count)."""
+    counts: dict[str, tuple[CpuCluster, int]] = {}
+    for core in threads:
+        c, n = counts.get(core.name, (core, 0))
+        counts[core.name] = (c, n + 1)
+    return [(c, min(n, c.cores)) for c, n in counts.values()]

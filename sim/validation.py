@@ -1,0 +1,126 @@
+"""Published figures versus what the simulator predicts for the same setting.
+
+Points live in ``sim/data/validation/published.yaml`` with their source (paper, table or
+figure) and the run options that reproduce the setting. They are used only to check
+predictions: no profile number or strategy default is fitted to them.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+import pandas as pd
+
+from sim.errors import SimError
+from sim.profiles.yamlio import load_yaml_text
+
+RUN_KEYS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "policy", "preset")
+DEFAULT_TOLERANCE = 0.15
+
+
+def load_points() -> list[dict[str, Any]]:
+    text = resources.files("sim.data").joinpath("validation/published.yaml").read_text(encoding="utf-8")
+    data = load_yaml_text(text, "published.yaml")
+    points = data.get("points")
+    if not isinstance(points, list):
+        raise SimError("expected a list of points", source="published.yaml", field="points")
+    return points
+
+
+def metric_value(summary: dict[str, Any], metric: str) -> float:
+    """Read ``metric`` from a run summary; ``phase_ms.X`` reads one phase's ms per token."""
+    if metric.startswith("phase_ms."):
+        phases = summary["phases_ms_per_token"]
+        name = metric.split(".", 1)[1]
+        if name not in phases:
+            raise SimError(f"the run has no phase {name!r}; phases: {', '.join(phases)}", field="metric")
+        return float(phases[name])
+    value = summary.get(metric)
+    if value is None:
+        raise SimError(f"the run summary has no {metric!r}", field="metric")
+    return float(value)
+
+
+def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: int = 16,
+              seed: int = 0) -> dict[str, Any]:
+    from sim.engine.simulation import simulate
+
+    kwargs = {k: point[k] for k in RUN_KEYS if k in point}
+    result = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
+                      knobs=point.get("knobs"), **kwargs)
+    predicted = metric_value(result.summary, point["metric"])
+    published = float(point["published"])
+    error = (predicted - published) / published
+    tol = float(point.get("tolerance", DEFAULT_TOLERANCE))
+    return {"id": point["id"], "source": point["source"], "device": point["device"], "model": point["model"],
+            "strategy": point["strategy"],
+            "setting": point.get("memory_budget") or (f"offload {point['offload']}" if "offload" in point else ""),
+            "metric": point["metric"], "published": published, "predicted": predicted, "error_pct": 100 * error,
+            "within_tolerance": abs(error) <= tol, "tolerance_pct": 100 * tol,
+            "required": bool(point.get("required", True))}
+
+
+def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error: str = "record") -> pd.DataFrame:
+    """Run every published point (or those named) and return one row per point."""
+    rows = []
+    for point in load_points():
+        if ids and point["id"] not in ids:
+            continue
+        try:
+            rows.append(run_point(point, decode_tokens=decode_tokens))
+        except SimError as exc:
+            if on_error == "raise":
+                raise
+            rows.append({"id": point["id"], "source": point["source"], "device": point["device"],
+                         "model": point["model"], "strategy": point["strategy"], "metric": point["metric"],
+                         "setting": point.get("memory_budget") or (
+                             f"offload {point['offload']}" if "offload" in point else ""),
+                         "published": float(point["published"]), "predicted": float("nan"),
+                         "error_pct": float("nan"), "within_tolerance": False, "error": str(exc),
+                         "tolerance_pct": 100 * float(point.get("tolerance", DEFAULT_TOLERANCE)),
+                         "required": bool(point.get("required", True))})
+    return pd.DataFrame(rows)
+
+
+def point_budget_bytes(point: dict[str, Any], *, context_tokens: int = 128) -> int:
+    """The DRAM budget of a point: its ``memory_budget``, or what its ``offload`` implies.
+
+    An offload fraction becomes a budget through the same memory plan the run uses (the
+    strategy decides whether predictors and separate scales are resident), so published
+    "50% of FFN offloaded" points can sit on a tokens/s-vs-budget axis.
+    """
+    from sim.engine.strategies.base import get_strategy
+    from sim.profiles.memory import plan_memory
+    from sim.profiles.registry import load_device, load_model
+    from sim.units import parse_bytes
+
+    if point.get("memory_budget") is not None:
+        return parse_bytes(point["memory_budget"], source="published.yaml", field=f"{point['id']}.memory_budget")
+    strat = get_strategy(point["strategy"])
+    plan = plan_memory(load_model(point["model"]), load_device(point["device"]), offload=point.get("offload"),
+                       weights_dtype=point.get("weights_dtype"), context_tokens=context_tokens,
+                       predictor=strat.uses_predictor, split_scales=strat.split_scales)
+    return plan.budget_bytes
+
+
+def published_frame(*, metric: str | None = "decode_tokens_per_s", device: str | None = None,
+                    model: str | None = None) -> pd.DataFrame:
+    """Published points as a tidy frame (one row per point) with their budget in bytes.
+
+    Filters by metric, device and model when given; ``setting`` says how the paper stated
+    the memory (``7GB`` or ``offload 0.5``). Used to overlay published figures on plots.
+    """
+    rows = []
+    for point in load_points():
+        if (metric and point["metric"] != metric) or (device and point["device"] != device) or (
+                model and point["model"] != model):
+            continue
+        setting = point.get("memory_budget") or (f"offload {point['offload']}" if "offload" in point else "")
+        rows.append({"id": point["id"], "source": point["source"], "device": point["device"], "model": point["model"],
+                     "strategy": point["strategy"], "metric": point["metric"], "published": float(point["published"]),
+                     "setting": setting, "budget_bytes": point_budget_bytes(point),
+                     "required": bool(point.get("required", True))})
+    columns = ["id", "source", "device", "model", "strategy", "metric", "published", "setting", "budget_bytes",
+               "required"]
+    return pd.DataFrame(rows, columns=columns)

@@ -1,0 +1,178 @@
+"""The engine's speed-ups change no result.
+
+- Machine fast paths (taking a free thread or queue slot without a simpy event when
+  nothing else is due at that instant) against the plain event path;
+- per-token vectorised trace decoding against the straightforward per-layer version;
+- prefix-sum cluster counts and the scratch-mask "fired" test against simple loops;
+- a lazily generated trace replayed from memory against the materialised trace.
+"""
+
+from __future__ import annotations
+
+import engine_helpers as h
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.engine.machine import Machine
+from sim.engine.simulation import simulate
+from sim.engine.strategies.powerinfer2 import _fired, cluster_counts
+from sim.engine.workload import LayerWork, ReplayTrace, iter_token_layers, popularity
+from sim.traces.format import Trace, TraceChunk, TraceMeta
+from sim.traces.params import SynthDims
+from sim.traces.synth import synth_trace
+
+
+def multi_queue_device():
+    data = h.device_data()
+    data["storage"]["command_queues"] = 4
+    return h.device(data)
+
+
+CONFIGS = {
+    "powerinfer2 default": (None, h.TINY_MOE, "powerinfer2", {"offload": 0.5}),
+    "powerinfer2 small clusters, 3 io threads, 4 queues": (
+        "multi", h.TINY_MOE, "powerinfer2",
+        {"offload": 0.8,
+         "knobs": {"cluster_neurons": 16, "io_cores": ["mid-hi"] * 3, "compute_cores": ["big", "mid"]}}),
+    "powerinfer2 cpu prefill, no npu": (
+        None, h.TINY_DENSE, "powerinfer2",
+        {"offload": 0.6, "knobs": {"prefill_on_npu": False, "npu_activation_share": 0}}),
+    "dense": (None, h.TINY_DENSE, "dense", {}),
+}
+
+
+def run(config: str):
+    dev_kind, raw, strategy, kw = CONFIGS[config]
+    dev = multi_queue_device() if dev_kind == "multi" else h.device()
+    m = h.model(raw)
+    return simulate(dev, m, strategy, trace=h.trace(m, 14), decode_tokens=10, prompt_tokens=8, warmup_tokens=4,
+                    timeline=True, **kw)
+
+
+@pytest.mark.parametrize("config", sorted(CONFIGS))
+def test_fast_paths_change_no_result(config, monkeypatch):
+    fast = run(config)
+    monkeypatch.setattr(Machine, "fast_paths", False)
+    slow = run(config)
+    pd.testing.assert_frame_equal(fast.tokens, slow.tokens, check_exact=True)
+    assert h.summary_without_wall(fast.summary) == h.summary_without_wall(slow.summary)
+    assert fast.spans == slow.spans
+
+
+# -- trace decoding ------------------------------------------------------------------------------
+
+def reference_layer_work(chunk: TraceChunk, meta: TraceMeta, t: int, layer: int) -> LayerWork:
+    """The per-layer decoding the engine used before: flat keys of each row, then a sort."""
+
+    def flat(offsets, ids, r0, r1, experts):
+        lengths = np.diff(offsets[r0:r1 + 1])
+        base = np.repeat((layer * meta.n_experts + experts) * meta.n_neurons, lengths)
+        return np.sort(ids[offsets[r0]:offsets[r1]].astype(np.int64) + base)
+
+    experts = chunk.experts[t - chunk.start, layer].astype(np.int64)
+    r0 = chunk.row(t, layer, 0)
+    active = flat(chunk.offsets, chunk.ids, r0, r0 + meta.top_k, experts)
+    predicted = active
+    if chunk.pred_offsets is not None:
+        predicted = flat(chunk.pred_offsets, chunk.pred_ids, r0, r0 + meta.top_k, experts)
+    return LayerWork(layer, experts, active, predicted)
+
+
+def hand_made_trace(predictions: bool) -> Trace:
+    """Top-2 of 4 experts, deliberately listed in descending and ascending order."""
+    meta = TraceMeta(model="hand", n_layers=2, n_neurons=10, hidden=8, n_experts=4, top_k=2, chunk_tokens=2)
+    rng = np.random.default_rng(0)
+    rows, preds = [], []
+    experts = np.array([[[3, 1], [0, 2]], [[2, 0], [1, 3]], [[1, 2], [3, 0]]], dtype=np.int16)
+    for _ in range(experts.size):
+        rows.append(np.sort(rng.choice(10, rng.integers(0, 6), replace=False)).astype(np.int32))
+        preds.append(np.sort(rng.choice(10, rng.integers(0, 6), replace=False)).astype(np.int32))
+    return Trace.from_rows(meta, rows, experts, preds if predictions else None)
+
+
+@pytest.mark.parametrize("source", ["hand, predicted", "hand, oracle", "synthetic moe", "synthetic dense"])
+def test_vectorised_decoding_matches_per_layer_decoding(source):
+    if source.startswith("hand"):
+        tr = hand_made_trace(predictions=source.endswith("predicted"))
+    else:
+        tr = h.trace(h.model(h.TINY_MOE if source.endswith("moe") else h.TINY_DENSE), 20, seed=3)
+    chunks = list(tr.chunks())
+    got = list(iter_token_layers(tr, 1, tr.meta.n_tokens))
+    assert [t for t, _ in got] == list(range(1, tr.meta.n_tokens))
+    for t, layers in got:
+        chunk = next(c for c in chunks if c.start <= t < c.start + c.n_tokens)
+        for layer, work in enumerate(layers):
+            ref = reference_layer_work(chunk, tr.meta, t, layer)
+            assert work.layer == ref.layer
+            np.testing.assert_array_equal(work.experts, ref.experts)
+            np.testing.assert_array_equal(work.active, ref.active)
+            np.testing.assert_array_equal(work.predicted, ref.predicted)
+            assert work.active.dtype == np.int64
+            assert (work.predicted is work.active) == (chunk.pred_offsets is None)
+
+
+def reference_clusters(resident: np.ndarray, fired: np.ndarray, c: int) -> list[tuple[int, int, int, int]]:
+    order = np.argsort(~resident, kind="stable")
+    resident, fired = resident[order], fired[order]
+    out = []
+    for lo in range(0, resident.size, c):
+        res, fir = resident[lo:lo + c], fired[lo:lo + c]
+        miss = ~res
+        out.append((int(res.size), int(fir.sum()), int(miss.sum()), int((miss & fir).sum())))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(bits=st.lists(st.tuples(st.booleans(), st.booleans()), max_size=300), cluster=st.integers(1, 64))
+def test_cluster_counts_match_the_loop(bits, cluster):
+    resident = np.array([b[0] for b in bits], dtype=bool)
+    fired = np.array([b[1] for b in bits], dtype=bool)
+    assert cluster_counts(resident, fired, cluster) == reference_clusters(resident, fired, cluster)
+
+
+@settings(max_examples=60, deadline=None)
+@given(active=st.sets(st.integers(0, 499), max_size=200), extra=st.sets(st.integers(0, 499), max_size=100),
+       keep=st.floats(0, 1))
+def test_fired_matches_isin(active, extra, keep):
+    act = np.array(sorted(active), dtype=np.int64)
+    pred = np.array(sorted(active | extra), dtype=np.int64)
+    keys = pred[np.random.default_rng(0).random(pred.size) < keep]
+    scratch = np.zeros(500, dtype=bool)
+    work = LayerWork(0, np.zeros(1, dtype=np.int64), act, pred)
+    np.testing.assert_array_equal(_fired(keys, work, scratch), np.isin(keys, act))
+    assert not scratch.any()
+
+
+# -- replaying a lazy trace --------------------------------------------------------------------
+
+class CountingTrace(Trace):
+    def __init__(self, source: Trace):
+        super().__init__(source.meta, None)
+        self.source, self.passes = source, 0
+
+    def chunks(self):
+        self.passes += 1
+        yield from self.source.chunks()
+
+
+def test_replayed_lazy_trace_gives_the_materialised_result():
+    m = h.model()
+    lazy = synth_trace(h.params(), SynthDims.from_model(m), 14, seed=5, chunk_tokens=4)
+    kw = {"decode_tokens": 10, "prompt_tokens": 8, "warmup_tokens": 4, "offload": 0.5}
+    a = simulate(h.device(), m, "powerinfer2", trace=lazy, **kw)
+    b = simulate(h.device(), m, "powerinfer2", trace=lazy.materialise(), **kw)
+    pd.testing.assert_frame_equal(a.tokens, b.tokens, check_exact=True)
+
+
+@pytest.mark.parametrize("limit", [0, 10**9])
+def test_replay_reads_the_source_once_when_it_fits(limit):
+    source = CountingTrace(h.trace(h.model(), 14))
+    replay = ReplayTrace(source, limit_bytes=limit)
+    first = popularity(replay, 0, 14)
+    tokens = [t for t, _ in iter_token_layers(replay, 0, 14)]
+    np.testing.assert_array_equal(first, popularity(source.source, 0, 14))
+    assert tokens == list(range(14))
+    assert source.passes == (1 if limit else 2)

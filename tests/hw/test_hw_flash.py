@@ -1,0 +1,122 @@
+"""Flash service times (sim.hw.flash) against the device profile they are built from.
+
+Figures are read from the bundled OnePlus 12 profile (PowerInfer-2's phone, [PI2 §2.3]),
+so the tests check the model's shape, not numbers copied into the test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.hw.flash import FlashModel
+from sim.profiles.registry import load_device
+
+DEVICE = load_device("oneplus-12")
+ST = DEVICE.storage
+BIG, LITTLE = DEVICE.cpu.cluster("big"), DEVICE.cpu.cluster("little")
+CORES = st.sampled_from(DEVICE.cpu.clusters)
+BLOCKS = st.sampled_from([4096, 8192, 16384, 65536, 131072, 524288])
+
+
+def flash() -> FlashModel:
+    return FlashModel(DEVICE)
+
+
+@settings(max_examples=40, deadline=None)
+@given(block=BLOCKS, core=CORES, counts=st.lists(st.integers(1, 100_000), min_size=2, max_size=2, unique=True),
+       sequential=st.booleans())
+def test_service_time_grows_with_request_count(block, core, counts, sequential):
+    few, many = sorted(counts)
+    f = flash()
+    t_few = f.batch_time_s(few, block, core, sequential=sequential)
+    t_many = f.batch_time_s(many, block, core, sequential=sequential)
+    assert t_many > t_few > f.latency_s
+    # Beyond the fixed latency, time is linear in the bytes moved.
+    assert (t_many - f.latency_s) / (t_few - f.latency_s) == pytest.approx(many / few, rel=1e-9)
+    assert f.batch_time_s(0, block, core) == 0.0
+
+
+@pytest.mark.parametrize("curve", ["seq_read", "rand_read"])
+def test_measured_points_are_reproduced_and_larger_requests_are_faster(curve):
+    f = flash()
+    points = getattr(ST, curve)
+    sequential = curve == "seq_read"
+    for p in points:
+        assert f.device_gbps(p.block, sequential) == pytest.approx(p.gbps)
+    blocks = [4096 * 2**k for k in range(12) if points[0].block <= 4096 * 2**k <= points[-1].block]
+    rates = [f.device_gbps(b, sequential) for b in blocks]
+    assert all(b >= a for a, b in itertools.pairwise(rates))
+    assert rates[-1] > rates[0]
+    # Throughput a big batch really achieves follows the curve (latency amortised away).
+    achieved = [100_000 * b / f.batch_time_s(100_000, b, BIG, sequential=sequential) / 1e9 for b in blocks]
+    assert all(b > a for a, b in itertools.pairwise(achieved))
+    assert not f.extrapolated
+
+
+def test_interpolation_is_log_log_between_points():
+    f = flash()
+    lo, hi = ST.rand_read[0], ST.rand_read[1]
+    mid = int(math.sqrt(lo.block * hi.block))
+    assert f.device_gbps(mid) == pytest.approx(math.sqrt(lo.gbps * hi.gbps), rel=1e-3)
+
+
+def test_outside_the_measured_range_clamps_and_warns():
+    f = flash()
+    huge = ST.rand_read[-1].block * 8
+    assert f.device_gbps(huge) == pytest.approx(ST.rand_read[-1].gbps)
+    assert any("outside measured" in w for w in f.extrapolated)
+
+
+def test_range_effect_slows_random_reads_over_large_spans_only():
+    f = flash()
+    spans = [p.span for p in ST.range_effect]
+    assert len(spans) >= 2, "the OnePlus 12 profile records PI2's 128 MB / 512 MB figures"
+    near = f.device_gbps(4096, span_bytes=spans[0])
+    far = f.device_gbps(4096, span_bytes=spans[-1])
+    assert near == pytest.approx(ST.rand_read[0].gbps * ST.range_effect[0].factor)
+    assert far == pytest.approx(ST.rand_read[0].gbps * ST.range_effect[-1].factor)
+    assert far < near
+    between = f.device_gbps(4096, span_bytes=int(math.sqrt(spans[0] * spans[-1])))
+    assert far <= between <= near
+    # Sequential reads do not care how far apart requests land.
+    assert f.device_gbps(4096, sequential=True, span_bytes=spans[-1]) == f.device_gbps(4096, sequential=True)
+
+
+def test_issuing_core_limits_small_reads():
+    """[PI2 §2.3]: 4 KB random reads reach 1076 MB/s from the big core, 762 from a little one."""
+    f = flash()
+    assert LITTLE.io_4k_gbps < BIG.io_4k_gbps
+    little = f.throughput_gbps(4096, LITTLE)
+    big = f.throughput_gbps(4096, BIG)
+    assert little == pytest.approx(min(f.device_gbps(4096), LITTLE.io_4k_gbps))
+    assert big == pytest.approx(min(f.device_gbps(4096), BIG.io_4k_gbps))
+    assert little < big
+    assert f.batch_time_s(1000, 4096, LITTLE) > f.batch_time_s(1000, 4096, BIG)
+    # The driver cost is per request: with large blocks the core is no longer the limit.
+    assert f.throughput_gbps(524288, LITTLE) == pytest.approx(f.device_gbps(524288))
+
+
+@settings(max_examples=30, deadline=None)
+@given(block=BLOCKS, core=CORES, issuers=st.integers(1, 64), sequential=st.booleans())
+def test_multi_issuer_penalty_is_bounded_by_the_profile(block, core, issuers, sequential):
+    f = flash()
+    alone = f.throughput_gbps(block, core, sequential=sequential)
+    shared = f.throughput_gbps(block, core, sequential=sequential, n_issuers=issuers)
+    more = f.throughput_gbps(block, core, sequential=sequential, n_issuers=issuers + 1)
+    assert shared <= alone
+    assert shared >= alone * (1 - ST.multi_issuer_penalty) - 1e-12
+    assert more <= shared
+    if issuers == 1:
+        assert shared == alone
+
+
+def test_multi_issuer_penalty_approaches_its_bound():
+    f = flash()
+    alone = f.throughput_gbps(65536, BIG)
+    assert f.throughput_gbps(65536, BIG, n_issuers=10_000) == pytest.approx(alone * (1 - ST.multi_issuer_penalty),
+                                                                             rel=1e-3)
