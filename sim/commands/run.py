@@ -48,6 +48,9 @@ def run(
     prompt_tokens: int = typer.Option(64, "--prompt-tokens", help="Prompt length (prefill)."),
     decode_tokens: int = typer.Option(128, "--decode-tokens", help="Tokens to generate."),
     warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Trace tokens replayed to warm the cache."),
+    profile_tokens: int | None = typer.Option(
+        None, "--profile-tokens",
+        help="Trace tokens used as the offline profile (0: the decoded ones; default 64 for presets, 0 for --trace)."),
     trace: Path | None = typer.Option(None, "--trace", help="Activation trace (.npz)."),
     preset: str | None = typer.Option(None, "--preset", help="Synthetic-trace preset (default: the model's)."),
     policy: str | None = typer.Option(None, "--policy", help="Neuron-cache policy (e.g. lru, s3fifo)."),
@@ -71,7 +74,8 @@ def run(
     knobs.update(_parse_sets(sets))
     result = simulate(device, model, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
                       offload=offload, weights_dtype=check_dtype(weights_dtype), prompt_tokens=prompt_tokens,
-                      decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, policy=policy, seed=seed,
+                      decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
+                      policy=policy, seed=seed,
                       mode=mode, knobs=knobs, timeline=timeline is not None or gantt is not None)
     if timeline is not None:
         from sim.engine.timeline import write_perfetto

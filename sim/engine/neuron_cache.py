@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.cache.base import CachePolicy
+from sim.errors import SimError
 
 
 @dataclass
@@ -38,8 +39,20 @@ class NeuronCache:
                 self.is_hot[hot] = True
         self.hot_bytes = n_hot * item_bytes
         self.cold_capacity = max(0, capacity_bytes - self.hot_bytes)
+        from sim.cache import policy_class
+
+        options = dict(policy_options or {})
+        cls = policy_class(policy)
+        if cls.needs_future:
+            raise SimError(f"{policy} needs the future of the trace (an offline bound); compare it with "
+                           "`sim cache compare`, not in a timed run", field="--policy")
+        if cls.needs_profile:
+            if popularity is None:
+                raise SimError(f"{policy} needs an offline profile, which this strategy does not keep",
+                               field="--policy")
+            options.setdefault("profile_counts", popularity)
         self.policy: CachePolicy = make_policy(policy, capacity_bytes=self.cold_capacity, n_items=n_keys,
-                                               item_bytes=item_bytes, **(policy_options or {}))
+                                               item_bytes=item_bytes, **options)
         if popularity is not None and preload:
             self._preload(popularity)
 

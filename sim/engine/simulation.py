@@ -31,6 +31,7 @@ from sim.profiles.registry import load_device, load_model
 from sim.traces.format import Trace
 
 MODES = ("des", "analytic")
+DEFAULT_PROFILE_TOKENS = 64
 
 
 @dataclass
@@ -67,7 +68,7 @@ def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset:
     check_trace_matches(loaded.meta, model, label)
     if loaded.meta.n_tokens < n_tokens:
         raise SimError(f"trace has {loaded.meta.n_tokens} tokens; the run needs {n_tokens} "
-                       "(warm-up plus decode tokens)", source=label, field="--decode-tokens")
+                       "(profile plus warm-up plus decode tokens)", source=label, field="--decode-tokens")
     return loaded
 
 
@@ -76,14 +77,16 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
              strategy: str = "powerinfer2", *, trace: str | Path | Trace | None = None,
              preset: str | None = None, memory_budget: str | int | None = None, offload: float | None = None,
              weights_dtype: str | None = None, prompt_tokens: int = 64, decode_tokens: int = 128,
-             warmup_tokens: int = 16, policy: str | None = None, seed: int = 0, mode: str = "des",
+             warmup_tokens: int = 16, profile_tokens: int | None = None, policy: str | None = None, seed: int = 0,
+             mode: str = "des",
              knobs: dict[str, Any] | None = None, timeline: bool = False) -> SimResult:
     """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens."""
     wall0 = time.perf_counter()
     if mode not in MODES:
         raise SimError(f"must be one of {', '.join(MODES)}; got {mode!r}", field="--mode")
     for name, value, low in (("--prompt-tokens", prompt_tokens, 1), ("--decode-tokens", decode_tokens, 1),
-                             ("--warmup-tokens", warmup_tokens, 0)):
+                             ("--warmup-tokens", warmup_tokens, 0),
+                             ("--profile-tokens", 0 if profile_tokens is None else profile_tokens, 0)):
         if not isinstance(value, int) or value < low:
             raise SimError(f"must be an integer >= {low}, got {value!r}", field=name)
     if policy is not None:
@@ -104,7 +107,15 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     plan = plan_memory(mod, dev, budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
                        context_tokens=context_tokens, predictor=strat_cls.uses_predictor,
                        split_scales=strat_cls.split_scales)
-    tr = replayable(resolve_trace(mod, trace, preset, warmup_tokens + decode_tokens, seed))
+    # Trace tokens: [0, profile) are the offline profiling run (PowerInfer ranks hot neurons on
+    # a profiling dataset, not on the tokens it then serves), [profile, +warmup) warm the cache,
+    # and the rest are decoded. profile_tokens=0 profiles on the decoded tokens themselves (an
+    # oracle profile). By default a generated trace gets DEFAULT_PROFILE_TOKENS extra tokens;
+    # a given trace is used as it is (profile 0) unless profile_tokens says otherwise.
+    if profile_tokens is None:
+        profile_tokens = DEFAULT_PROFILE_TOKENS if trace is None else 0
+    first = profile_tokens + warmup_tokens
+    tr = replayable(resolve_trace(mod, trace, preset, first + decode_tokens, seed))
     env = simpy.Environment()
     compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
     compute = list(getattr(knob_values, "compute_cores", None) or compute)
@@ -114,7 +125,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
             raise SimError(f"unknown CPU cluster {name!r}; {dev.name} has "
                            f"{', '.join(c.name for c in dev.cpu.clusters)}", field="compute_cores")
     machine = Machine(env, dev, compute, io, record_spans=timeline)
-    pop = popularity(tr, 0, warmup_tokens + decode_tokens)
+    pop = popularity(tr, 0, profile_tokens) if profile_tokens else popularity(tr, first, first + decode_tokens)
     ctx = RunContext(mod, dev, plan, ModelCosts(mod, plan.weights_dtype), tr.meta, machine, pop, prompt_tokens,
                      np.random.default_rng(seed), policy)
     strat = strat_cls(ctx, knob_values)
@@ -122,7 +133,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     rows: list[dict[str, Any]] = []
     warm = TokenStats()
     prefill_stats = TokenStats()
-    tokens_iter = iter_token_layers(tr, 0, warmup_tokens + decode_tokens)
+    tokens_iter = iter_token_layers(tr, profile_tokens, first + decode_tokens)
     for _ in range(warmup_tokens):  # warm the cache untimed (the state after prefill)
         t, layers = next(tokens_iter)
         if hasattr(strat, "_layer_plan"):
@@ -165,6 +176,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     config = {"device": dev.name, "model": mod.name, "strategy": strat_cls.name,
               "memory_budget": memory_budget, "offload": offload, "weights_dtype": plan.weights_dtype,
               "prompt_tokens": prompt_tokens, "decode_tokens": decode_tokens, "warmup_tokens": warmup_tokens,
+              "profile_tokens": profile_tokens,
               "policy": policy, "seed": seed, "mode": mode, "knobs": knob_values.model_dump()}
     return SimResult(df, summary, machine.spans, config, machine.usage if mode == "des" else None)
 

@@ -1,0 +1,76 @@
+"""sim/validation.py and `sim validate`: every published point runs, reports, and plots.
+
+Only fast points are run here (a dense 7B model in memory, and the bundled OPT-6.7B
+point with two decode tokens); the full table is what ``sim validate`` prints.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sim import validation
+from sim.cli import main
+from sim.engine.strategies.base import get_strategy
+from sim.profiles.memory import plan_memory
+from sim.profiles.registry import load_device, load_model
+
+FAST = "pi2-ts-mistral-inmem"
+
+
+def test_every_point_names_its_source_and_a_runnable_setting():
+    points = validation.load_points()
+    assert len({p["id"] for p in points}) == len(points)
+    for p in points:
+        assert p["source"].startswith("["), p["id"]
+        assert p["published"] > 0 and p["metric"]
+        load_device(p["device"]), load_model(p["model"]), get_strategy(p["strategy"])
+        assert ("memory_budget" in p) != ("offload" in p), p["id"]
+
+
+def test_offload_points_sit_at_the_budget_that_offloads_that_share():
+    frame = validation.published_frame(metric=None)
+    points = {p["id"]: p for p in validation.load_points()}
+    for row in frame.itertuples(index=False):
+        p = points[row.id]
+        if "offload" not in p:
+            continue
+        strat = get_strategy(p["strategy"])
+        plan = plan_memory(load_model(p["model"]), load_device(p["device"]), budget=int(row.budget_bytes),
+                           weights_dtype=p.get("weights_dtype"), context_tokens=128,
+                           predictor=strat.uses_predictor, split_scales=strat.split_scales)
+        assert plan.offload_fraction == pytest.approx(p["offload"], abs=1e-6), row.id
+
+
+def test_published_frame_filters():
+    frame = validation.published_frame(model="turbosparse-mixtral-47b", device="oneplus-12")
+    assert set(frame["metric"]) == {"decode_tokens_per_s"} and set(frame["model"]) == {"turbosparse-mixtral-47b"}
+    assert len(frame) >= 2 and frame["budget_bytes"].gt(0).all()
+
+
+def test_validate_json_keys_and_plots(tmp_path, capsys):
+    out = tmp_path / "plots"
+    assert main(["validate", FAST, "--decode-tokens", "2", "--json", "--plot", str(out)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    [row] = data["points"]
+    assert {"id", "source", "device", "model", "strategy", "setting", "metric", "published", "predicted",
+            "error_pct", "within_tolerance", "tolerance_pct", "required"} <= set(row)
+    assert row["id"] == FAST and data["mape_pct"] == pytest.approx(abs(row["error_pct"]))
+    assert row["error_pct"] == pytest.approx(100 * (row["predicted"] - row["published"]) / row["published"])
+    assert sorted(p.name for p in out.iterdir()) == ["published_vs_predicted.png", "validation_errors.png"]
+
+
+def test_table_names_device_and_sources(capsys):
+    assert main(["validate", FAST, "--decode-tokens", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "oneplus-12" in text and "mean absolute percentage error" in text and "[BLOG]: MAPE" in text
+
+
+def test_a_point_that_cannot_run_is_reported_and_exits_2(monkeypatch, capsys):
+    good = next(p for p in validation.load_points() if p["id"] == FAST)
+    bad = {**good, "id": "broken", "model": "no-such-model"}
+    monkeypatch.setattr(validation, "load_points", lambda: [good, bad])
+    assert main(["validate", "--decode-tokens", "2"]) == 2
+    text = capsys.readouterr().out
+    assert "failed" in text and "no-such-model" in text
