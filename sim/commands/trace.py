@@ -235,4 +235,5 @@ def fit(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Recorded t
     pers = raw["persistence"]["value"]
     print(f"wrote {out}: {len(dens)} layers, density {min(dens):.4f}..{max(dens):.4f}, "
           f"persistence {min(pers):.2f}..{max(pers):.2f}"
-          + (", with predictor" if "predictor" in raw else "") + (", with routing" if "routing" in raw else ""))
+          + (", with predictor" if "predictor" in raw else "") + (", with routing" if "routing" in raw else "")
+          + (f", drift rate {raw['drift']['rate']:g} share {raw['drift']['share']:g}" if "drift" in raw else ""))

@@ -11,6 +11,16 @@ probability ``1 - r`` the neuron keeps its state, otherwise it is redrawn from i
 propensity ``p``. Its stationary probability is ``p`` and its lag-1 autocorrelation
 ``1 - r``. A gap of ``g`` tokens (an expert not routed in between) is the same chain with
 ``r_g = 1 - (1 - r) ** g``, so experts that sit idle are caught up lazily and exactly.
+
+Context shifts (``drift``): at token ``t`` a shift happens with probability ``rate`` (one
+draw per token for the whole model, or one shift per ``1 / rate`` tokens at a random
+position: see :func:`drift_event`). Every pool first steps its chains to ``t`` under the
+old propensities (so the lazy catch-up stays exact), then a random ``share`` of its
+mobile neurons (all but the static hottest ones) trade propensities by a uniform
+shuffle: the set of propensity values, hence the density and the skew, is unchanged,
+but a different set of neurons is hot. The shuffled
+neurons' states are drawn afresh from their new propensities: a topic change changes the
+hidden state at once, so the new hot neurons fire at the first token that sees it.
 """
 
 from __future__ import annotations
@@ -29,6 +39,13 @@ STREAM_GROUPS = 2
 STREAM_ROUTING = 3
 STREAM_FALSE_POS = 4
 STREAM_KEEP = 5
+STREAM_DRIFT_EVENT = 6
+STREAM_DRIFT_PICK = 7
+STREAM_DRIFT_SHUFFLE = 8
+STREAM_CATCH_UP = 9
+STREAM_CATCH_UP_GROUPS = 10
+STREAM_CATCH_UP_FALSE_POS = 11
+STREAM_DRIFT_STATE = 12
 
 
 @nb.njit(inline="always", cache=True)
@@ -221,10 +238,124 @@ def _mark_predicted(st, zst, recall, s0, keep):
 
 
 @nb.njit(cache=True)
+def drift_event(key, t, rate, regular):
+    """Whether a context shift happens at token ``t`` (a pure function of the key and ``t``).
+
+    ``regular = False``: independently at every token with probability ``rate`` (shift
+    counts are Poisson). ``regular = True``: one shift in each block of ``1 / rate``
+    tokens, at a uniform position within it (the same rate, but segments of similar
+    length, as sentences and paragraphs have, and far less run-to-run scatter in how many
+    shifts a short run sees).
+    """
+    if rate <= 0.0:
+        return False
+    if not regular:
+        return _unit(stream_seed(key, t, 0, 0, STREAM_DRIFT_EVENT)) < rate
+    b0 = np.int64(np.floor(t * rate))
+    b1 = np.int64(np.floor((t + 1) * rate))
+    for b in range(b0, b1 + 1):  # the blocks whose event could fall on t
+        if b < 0:
+            continue
+        at = np.int64(np.floor((b + _unit(stream_seed(key, b, 0, 0, STREAM_DRIFT_EVENT))) / rate))
+        if at == t:
+            return True
+    return False
+
+
+@nb.njit(cache=True)
+def drift_events(key, t0, t1, rate, regular):
+    """The tokens in ``[t0, t1)`` at which a context shift happens."""
+    out = np.empty(max(t1 - t0, 0), np.int64)
+    m = 0
+    for t in range(t0, t1):
+        if drift_event(key, t, rate, regular):
+            out[m] = t
+            m += 1
+    return out[:m]
+
+
+@nb.njit(cache=True)
+def _shuffle_share(p, z, grp, share, static_p, s_pick, s_shuffle, idx, with_pred, with_groups):
+    """Pick each mobile neuron with probability ``share`` and shuffle the picked ones' propensities.
+
+    Neurons with a propensity of at least ``static_p`` are static (hot in every context)
+    and never picked; since only smaller propensities move, that stays the same set. The
+    false-positive propensity and the co-activation group follow the propensity (both are
+    functions of the neuron's rank), so they move with it. Returns how many were picked
+    (their ids are ``idx[:m]``).
+    """
+    m = 0
+    for i in range(p.shape[0]):
+        if p[i] < static_p and _unit_at(s_pick, i) < share:
+            idx[m] = i
+            m += 1
+    for j in range(m - 1, 0, -1):  # Fisher-Yates over the picked positions
+        k = int(_unit_at(s_shuffle, j) * (j + 1))
+        a = idx[j]
+        b = idx[k]
+        p[a], p[b] = p[b], p[a]
+        if with_pred:
+            z[a], z[b] = z[b], z[a]
+        if with_groups:
+            grp[a], grp[b] = grp[b], grp[a]
+    return m
+
+
+@nb.njit(cache=True)
+def _context_shift(t, key, share, static_p, p_by_id, refresh, state, last_t, with_pred, z_by_id, z_refresh, z_state,
+                   recall, group_size, group_of_id, group_p, strength, keep, gev, idx):
+    """Apply a context shift at token ``t`` to every pool of every layer with a non-zero share.
+
+    Pools that have been routed before are first stepped to ``t`` under the old
+    propensities; then the picked neurons get new propensities and fresh states drawn from
+    them (the new context's hot neurons are active at once), and ``last_t`` becomes ``t``
+    so the row emitted at ``t`` does not step them again. Pools never routed start from
+    their (new) propensities anyway.
+    """
+    n_layers, n_experts = last_t.shape
+    with_groups = group_size > 0
+    for layer in range(n_layers):
+        if share[layer] <= 0.0:
+            continue
+        for e in range(n_experts):
+            last = last_t[layer, e]
+            st = state[layer, e]
+            zst = z_state[layer, e] if with_pred else z_state[0, 0]
+            p = p_by_id[layer, e]
+            z = z_by_id[layer, e] if with_pred else z_by_id[0, 0]
+            if last >= 0:  # catch up to t under the propensities before the shift
+                gap = t - last
+                rg = 1.0 - (1.0 - refresh[layer]) ** gap
+                rz = 1.0 - (1.0 - z_refresh[layer]) ** gap
+                s0 = stream_seed(key, t, layer, e, STREAM_CATCH_UP)
+                if with_groups:
+                    _step_chain_groups(p, st, rg, s0, stream_seed(key, t, layer, e, STREAM_CATCH_UP_GROUPS),
+                                       group_of_id[layer, e], group_p[layer], strength, gev)
+                    if with_pred:
+                        _step_chain(z, zst, rz, stream_seed(key, t, layer, e, STREAM_CATCH_UP_FALSE_POS))
+                elif with_pred:
+                    _step_with_predictor(p, st, rg, z, zst, rz, recall[layer], s0, keep)
+                else:
+                    _step_chain(p, st, rg, s0)
+            m = _shuffle_share(p, z, group_of_id[layer, e] if with_groups else group_of_id[0, 0], share[layer],
+                               static_p[layer], stream_seed(key, t, layer, e, STREAM_DRIFT_PICK),
+                               stream_seed(key, t, layer, e, STREAM_DRIFT_SHUFFLE), idx, with_pred, with_groups)
+            if last >= 0:
+                s_state = stream_seed(key, t, layer, e, STREAM_DRIFT_STATE)
+                for j in range(m):  # the picked neurons start afresh in the new context
+                    a = idx[j]
+                    h = _mix(s_state + np.uint64(j + 1) * _GOLDEN)
+                    st[a] = np.uint8(np.float64(np.int64(h >> _S32)) * _INV32 < p[a])
+                    if with_pred:
+                        zst[a] = np.uint8(np.float64(np.int64((h >> _S11_) & _M21)) * _INV21 < z[a])
+                last_t[layer, e] = t
+
+
+@nb.njit(cache=True)
 def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
                  with_pred, z_by_id, z_refresh, z_state, recall,
                  group_size, group_of_id, group_p, strength,
-                 active_count, cap_active, cap_pred):
+                 drift_rate, drift_regular, drift_share, drift_static_p, active_count, cap_active, cap_pred):
     """Advance the neuron chains of the routed experts and emit CSR rows.
 
     Rows are produced in the format's (token, layer, slot) order straight into output
@@ -232,8 +363,9 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
     caller keeps (no copy). Each row's ids come out sorted because neurons are visited in
     id order. Returns ``ok = False`` if a buffer was too small: the caller restores its
     state and retries with bigger ones. ``active_count[layer]`` accumulates realised
-    activations for the density report. (A numba ``prange`` over layers was tried: on this
-    shared 2-core machine it was slower.)
+    activations for the density report. Context shifts (``drift_rate > 0``) rewrite
+    ``p_by_id``, ``z_by_id`` and ``group_of_id`` in place, so the caller restores them too.
+    (A numba ``prange`` over layers was tried: on this shared 2-core machine it was slower.)
     """
     n_tok, n_layers, top_k = experts.shape
     n_neurons = state.shape[2]  # padded to a multiple of 8; the padding never activates
@@ -244,11 +376,15 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
     pred_ids = np.empty(cap_pred if with_pred else 1, np.int32)
     keep = np.zeros(n_neurons, np.uint8)
     gev = np.zeros(max(group_p.shape[1], 1), np.uint8)
+    idx = np.empty(p_by_id.shape[2] if drift_rate > 0.0 else 1, np.int64)
     n = 0
     m = 0
     row = 0
     for i in range(n_tok):
         t = t0 + i
+        if drift_event(key, t, drift_rate, drift_regular):
+            _context_shift(t, key, drift_share, drift_static_p, p_by_id, refresh, state, last_t, with_pred, z_by_id,
+                           z_refresh, z_state, recall, group_size, group_of_id, group_p, strength, keep, gev, idx)
         for layer in range(n_layers):
             for slot in range(top_k):
                 if n + n_neurons > cap_active or (with_pred and m + n_neurons > cap_pred):

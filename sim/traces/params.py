@@ -12,6 +12,15 @@ neuron id, so that it transfers between models of different width and depth:
 - ``persistence``: lag-1 autocorrelation of one neuron's on/off activity (0 = independent
   tokens, towards 1 = the active set barely changes).
 - ``coactivation``: optional groups of similarly popular neurons that switch on together.
+- ``drift`` (optional, off by default): context shifts. At each token, with probability
+  ``rate`` (one draw for the whole model: a topic change reaches every layer at once), a
+  share ``share`` (per layer) of every expert pool's neurons trade propensities among
+  themselves, so a different set of neurons becomes hot. This is what gives per-token
+  cache misses a heavy tail; independent neuron chains alone have none. ``spacing:
+  regular`` places one shift in every block of ``1 / rate`` tokens instead (default
+  ``random``). ``static`` (default 0): the hottest neurons carrying this share of a
+  pool's activations are hot in every context and never re-drawn; ``share`` applies to
+  the others.
 - ``routing`` (MoE): per-layer expert popularity and token-to-token expert persistence.
 - ``predictor``: recall and precision (or false-positive rate over inactive neurons) of the
   activation predictor, used to produce the predicted sets.
@@ -176,6 +185,16 @@ class SynthParams:
         spec = self.groups.get("coactivation") or {}
         return int(spec.get("group_size", 0)), float(spec.get("strength", 0.0))
 
+    def drift(self, dims: SynthDims) -> tuple[float, np.ndarray, bool, np.ndarray]:
+        """Context shifts: rate per token, share re-drawn, regular spacing, static share (per layer)."""
+        spec = self.groups.get("drift") or {}
+        rate = float(spec.get("rate", 0.0))
+        share = layer_profile(spec.get("share", 0.0), dims.n_layers, source=self.source, where="drift.share",
+                              lo=0.0, hi=1.0)
+        static = layer_profile(spec.get("static", 0.0), dims.n_layers, source=self.source, where="drift.static",
+                               lo=0.0, hi=0.99)
+        return rate, share, spec.get("spacing", "random") == "regular", static
+
     def routing(self, dims: SynthDims) -> tuple[np.ndarray, np.ndarray]:
         """Expert popularity (layers, experts; rows sum to 1) and set persistence per layer."""
         spec = self.groups.get("routing") or {}
@@ -238,6 +257,7 @@ _GROUP_KEYS: dict[str, set[str]] = {
     "propensity": {"dist", "sigma", "rank", "logit"},
     "persistence": {"value"},
     "coactivation": {"group_size", "strength"},
+    "drift": {"rate", "share", "spacing", "static"},
     "routing": {"popularity", "persistence"},
     "predictor": {"recall", "precision", "false_positive_rate", "fp_skew", "fp_persistence"},
 }
@@ -298,6 +318,17 @@ def params_from_mapping(raw: dict[str, Any], source: str = "<params>") -> SynthP
                            field="coactivation.group_size")
         if not isinstance(st, int | float) or isinstance(st, bool) or not 0 <= st <= 1:
             raise SimError("strength must be in [0, 1]", source=source, field="coactivation.strength")
+    drift = groups.get("drift")
+    if drift:
+        rate = drift.get("rate", 0.0)
+        if not isinstance(rate, int | float) or isinstance(rate, bool) or not 0 <= rate < 1:
+            raise SimError("must be a probability per token in [0, 1)", source=source, field="drift.rate")
+        if rate > 0 and "share" not in drift:
+            raise SimError("needs 'share' (the fraction of a layer's neurons a context shift re-draws)",
+                           source=source, field="drift")
+        if drift.get("spacing", "random") not in ("random", "regular"):
+            raise SimError(f"must be 'random' (each token w.p. rate) or 'regular' (one shift per 1/rate tokens), "
+                           f"got {drift.get('spacing')!r}", source=source, field="drift.spacing")
     pred = groups.get("predictor")
     if pred:
         if "recall" not in pred:
@@ -319,6 +350,7 @@ def params_from_mapping(raw: dict[str, Any], source: str = "<params>") -> SynthP
     if probe.n_experts > 1:
         params.routing(probe)
     params.predictor(probe)
+    params.drift(probe)
     return params
 
 

@@ -16,6 +16,15 @@ Model, per layer and per expert pool of ``n_neurons`` neurons:
   lag-1 autocorrelation ``persistence`` (see :mod:`sim.traces._synth_kernels`).
 - Optional co-activation groups: blocks of ``group_size`` neurons of adjacent rank switch
   on together with a shared event, without changing any neuron's marginal.
+- Context shifts (``drift``, optional): at tokens drawn with probability ``rate`` (or one
+  per ``1 / rate`` tokens with ``spacing: regular``), a ``share`` of every pool's mobile
+  neurons trade propensities (a topic change: other neurons
+  become hot, in every layer at once). The hottest neurons that carry the first
+  ``static`` of a pool's activations are static: hot in every context, as PowerInfer
+  observes ("hot neurons are consistently activated across inputs"), which is what an
+  offline profile can find. The chains then move to the new hot set at their
+  refresh rate, which makes bursts of cache misses a few tokens long; these bursts, not
+  the independent chains, are what puts a heavy tail on per-token miss rates.
 - MoE routing: per layer, with probability ``routing.persistence`` a token keeps the
   previous token's experts, else a fresh set is drawn that includes expert ``e`` with
   probability ``top_k * popularity[e]``. Experts that are not routed keep their neuron
@@ -146,7 +155,9 @@ class TraceSynthesizer:
     """Stateful generator: call :meth:`next_chunk` repeatedly; holds the chains' state.
 
     Memory is dominated by per-neuron tables of ``layers * experts * neurons`` entries
-    (about 70 MB for Mixtral-47B) plus one chunk of output.
+    (about 70 MB for Mixtral-47B) plus one chunk of output. With drift the propensity
+    tables are state too (context shifts rewrite them), copied once per chunk that holds
+    a shift so that a buffer retry can restore them.
     """
 
     def __init__(self, params: SynthParams, dims: SynthDims, seed: int = 0, *, predictions: bool | None = None):
@@ -167,6 +178,9 @@ class TraceSynthesizer:
         self.refresh = 1.0 - params.persistence(dims)
         group_size, self.strength = params.coactivation()
         self.group_size = group_size if self.strength > 0 else 0
+        self.drift_rate, self.drift_share, self.drift_regular, drift_static = params.drift(dims)
+        if not np.any(self.drift_share > 0):
+            self.drift_rate = 0.0
 
         # layers with the same density and shape (the common case) share one solve
         first: dict[bytes, int] = {}
@@ -174,6 +188,11 @@ class TraceSynthesizer:
         unique = np.unique(owner)
         solved = -np.sort(-solve_propensities(shape[unique], density[unique]), axis=1)  # hottest first
         p_sorted = solved[np.searchsorted(unique, owner)]
+        # static neurons: the hottest ones carrying the first drift.static of each pool's activations
+        cum = np.cumsum(p_sorted, axis=1) / p_sorted.sum(axis=1, keepdims=True)
+        n_static = (cum - p_sorted / p_sorted.sum(axis=1, keepdims=True) < drift_static[:, None]).sum(axis=1)
+        self.drift_static_p = np.where(n_static > 0, p_sorted[np.arange(n_l), np.maximum(n_static - 1, 0)],
+                                       np.inf).astype(np.float32)
         # neuron id -> rank: a fresh random permutation for every (layer, expert) pool
         rank = rng.permuted(np.broadcast_to(np.arange(n, dtype=np.int32), (n_l * n_e, n)), axis=1)
         rank = np.ascontiguousarray(rank.reshape(n_l, n_e, n))
@@ -225,6 +244,10 @@ class TraceSynthesizer:
     def expected_predicted_density(self) -> np.ndarray:
         return self.tables.expected_predicted
 
+    def drift_tokens(self, n_tokens: int) -> np.ndarray:
+        """The tokens in ``[0, n_tokens)`` at which a context shift happens (empty when drift is off)."""
+        return K.drift_events(self.key, 0, int(n_tokens), float(self.drift_rate), self.drift_regular)
+
     def realised_density(self) -> np.ndarray:
         """Per-layer fraction of an expert's neurons active, over the tokens generated so far."""
         if self.rows_per_layer == 0:
@@ -242,17 +265,23 @@ class TraceSynthesizer:
         slack = 2 * self.state.shape[2] + 1024
         cap_a = int(rows * d.n_neurons * tb.density.mean() * _BUFFER_FACTOR) + slack
         cap_p = int(rows * d.n_neurons * tb.expected_predicted.mean() * _BUFFER_FACTOR) + slack
+        drifting = self.drift_rate > 0 and K.drift_events(self.key, self.t, self.t + n_tokens, self.drift_rate,
+                                                           self.drift_regular).size > 0
         while True:
             saved = (self.state.copy(), self.z_state.copy(), self.last_t.copy(), self.active_count.copy())
+            tables = (tb.p_by_id.copy(), tb.z_by_id.copy(), tb.group_of_id.copy()) if drifting else None
             ok, offsets, ids, n, pred_off, pred_ids, m = K.neuron_chunk(
                 self.t, self.key, experts, tb.p_by_id, self.refresh, self.state, self.last_t,
                 self.with_pred, tb.z_by_id, self.z_refresh, self.z_state, self.recall,
                 self.group_size, tb.group_of_id, tb.group_p, self.strength,
-                self.active_count, cap_a, cap_p)
+                self.drift_rate, self.drift_regular, self.drift_share, self.drift_static_p, self.active_count,
+                cap_a, cap_p)
             if ok:
                 break
             # the chunk outgrew its buffer (a rare fluctuation): restore the chains and retry bigger
             self.state, self.z_state, self.last_t, self.active_count = saved
+            if tables is not None:  # context shifts rewrote the propensity tables
+                tb.p_by_id, tb.z_by_id, tb.group_of_id = tables
             cap_a, cap_p = 2 * cap_a, 2 * cap_p
         # views of the first n / m entries: the untouched tail of the buffer costs no memory
         ids, pred_ids = ids[:n], pred_ids[:m]

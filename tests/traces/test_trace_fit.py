@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.traces.fit import fit_params, write_params
+from sim.traces.fit import drift_variance_kept, fit_drift, fit_params, write_params
 from sim.traces.format import Trace
 from sim.traces.params import SynthDims, load_params, params_from_mapping
 from sim.traces.stats import K_MAX, POPULARITY_PERCENTS, trace_stats
@@ -31,8 +31,12 @@ def test_fit_synth_stats_round_trip_on_the_shipped_real_trace(shipped, tmp_path)
     assert params.made_for is not None and params.made_for.n_neurons == trace.meta.n_neurons
     syn = trace_stats(synth_trace(params, params.made_for, 1500, seed=1))
     np.testing.assert_allclose(syn["density"], src["density"], rtol=0.02)
+    # with drift the long-run popularity depends on the trace's length: compare at the source's
+    n = trace.meta.n_tokens
+    same_length = [trace_stats(synth_trace(params, params.made_for, n, seed=s))["popularity"] for s in range(2, 6)]
     for x in POPULARITY_PERCENTS:
-        assert abs(syn["popularity"][x] / src["popularity"][x] - 1) < 0.10, x
+        got = np.mean([pop[x] for pop in same_length])
+        assert abs(got / src["popularity"][x] - 1) < 0.10, x
     for k in range(K_MAX + 1):
         assert abs(syn["window_new_share"][k] / src["window_new_share"][k] - 1) < 0.10, k
     assert abs(syn["predicted"]["recall_mean"] - src["predicted"]["recall_mean"]) < 0.02
@@ -63,3 +67,52 @@ def test_fit_recovers_moe_routing_and_persistence():
     np.testing.assert_allclose(raw["routing"]["persistence"], 0.4, atol=0.05)
     np.testing.assert_allclose(raw["persistence"]["value"], 0.6, atol=0.05)
     np.testing.assert_allclose(raw["density"]["value"], 0.12, rtol=0.02)
+
+
+def _drifting(drift, seed=3, moe=False):
+    raw = {"name": "d", "density": {"value": 0.1}, "propensity": {"dist": "logitnormal", "sigma": 3.0},
+           "persistence": {"value": 0.7}, "drift": drift}
+    if moe:
+        raw["routing"] = {"popularity": "uniform", "persistence": 0.2}
+    dims = SynthDims(4, 800, 16, 4, 2) if moe else SynthDims(4, 800, 16)
+    params = params_from_mapping(raw)
+    shifts = TraceSynthesizer(params, dims, seed).drift_tokens(1000).size
+    return synth_trace(params, dims, 1000, seed=seed).materialise(), shifts
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_fit_drift_recovers_the_decay_and_tells_big_shifts_from_small_ones(moe):
+    still, _ = _drifting({"rate": 0.0}, moe=moe)
+    fit = fit_drift(still, refresh=0.3)
+    assert not fit["significant"] and fit["rate"] == 0.0
+    big, n_big = _drifting({"rate": 0.02, "share": 0.5}, moe=moe)
+    small, n_small = _drifting({"rate": 0.1, "share": 0.1}, moe=moe)
+    fb, fs = fit_drift(big, refresh=0.3), fit_drift(small, refresh=0.3)
+    assert fb["significant"] and fs["significant"]
+    # the decay measures the shifts that happened: (number / tokens) x share
+    assert fb["decay_per_token"] == pytest.approx(n_big / 1000 * 0.5, rel=0.3)
+    assert fs["decay_per_token"] == pytest.approx(n_small / 1000 * 0.1, rel=0.3)
+    assert 0.3 < fb["share"] < 0.75 and fs["share"] < 0.25  # few big shifts against many small ones
+    assert fb["n_events"] > 0.5 * n_big and fs["n_events"] == 0  # big shifts are visible one by one
+
+
+def test_drift_variance_kept_matches_a_simulated_time_average():
+    rng = np.random.default_rng(0)
+    rate, n_tok, n = 0.01, 300, 4000
+    values = rng.standard_normal(n)
+    total = np.zeros(n)
+    for _ in range(n_tok):
+        total += values
+        redraw = rng.random(n) < rate
+        values[redraw] = rng.standard_normal(int(redraw.sum()))
+    kept = drift_variance_kept(rate, n_tok)
+    assert drift_variance_kept(0.0, n_tok) == 1.0 and 0 < kept < 1
+    assert np.var(total / n_tok) == pytest.approx(kept, rel=0.1)
+
+
+def test_fit_params_writes_a_loadable_drift_group():
+    trace, _ = _drifting({"rate": 0.02, "share": 0.5})
+    raw = fit_params(trace)
+    assert raw["drift"]["rate"] > 0 and 0 < raw["drift"]["share"] <= 1 and "fitted" in raw["drift"]
+    assert params_from_mapping(raw).drift(SynthDims(4, 800, 16))[0] == raw["drift"]["rate"]
+    assert "drift" not in fit_params(trace, drift=False)

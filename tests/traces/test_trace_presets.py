@@ -10,19 +10,22 @@ from sim.traces.stats import trace_stats
 from sim.traces.synth import synth_trace
 
 REQUIRED = {"turbosparse-mixtral-47b", "turbosparse-mistral-7b", "bamboo-7b", "opt-6.7b", "falcon-7b",
-            "llama-2-7b"}
+            "llama-2-7b", "mistral-7b"}
 
 
 def test_required_presets_exist():
     assert set(preset_names()) >= REQUIRED
 
 
-@pytest.mark.parametrize("name", sorted(REQUIRED))
+@pytest.mark.parametrize("name", preset_names())
 def test_every_group_names_its_source_and_matches_the_model_profile(name):
     params = load_preset(name)
     for group, spec in params.groups.items():
         assert any(spec.get(k) for k in PROVENANCE_KEYS), f"{name}: {group} has no source/calibrated/assumed"
-    assert params.made_for == SynthDims.from_model(load_model(name))
+    profile = load_model(name)
+    assert params.made_for == SynthDims.from_model(profile)
+    # the preset's mean density is the model profile's sparsity figure
+    assert params.density(params.made_for).mean() == pytest.approx(profile.sparsity.mean_active_fraction, rel=0.02)
 
 
 def test_opt_preset_reproduces_llm_in_a_flash_window_figures():

@@ -161,3 +161,115 @@ def test_buffer_overflow_retry_gives_the_same_trace(monkeypatch):
     monkeypatch.setattr(synth_module, "_BUFFER_FACTOR", 0.001)  # every chunk overflows at first
     retried = _flat(synthesize(_params(MOE), dims, 30, seed=6, chunk_tokens=8))
     assert _same(normal[0], retried[0]) and _same(normal[1], retried[1]) and np.array_equal(normal[2], retried[2])
+
+
+# -- context shifts (drift) ---------------------------------------------------------------------
+
+DRIFT = {**BASE, "density": {"value": 0.1}, "persistence": {"value": 0.8},
+         "propensity": {"dist": "logitnormal", "sigma": 3.0}, "drift": {"rate": 0.05, "share": 0.5}}
+
+
+def _activity(params, dims, n_tokens, seed, chunk_tokens=64):
+    """(tokens, layers, experts * neurons) bool activity of a small trace."""
+    act = np.zeros((n_tokens, dims.n_layers, dims.n_experts * dims.n_neurons), bool)
+    for ch in synthesize(params, dims, n_tokens, seed, chunk_tokens=chunk_tokens):
+        for i in range(ch.n_tokens):
+            for layer in range(dims.n_layers):
+                for slot in range(dims.top_k):
+                    e = int(ch.experts[i, layer, slot])
+                    act[ch.start + i, layer, e * dims.n_neurons + ch.active(ch.start + i, layer, slot)] = True
+    return act
+
+
+@pytest.mark.parametrize("extra", [{}, {"coactivation": {"group_size": 4, "strength": 0.8}}])
+def test_drift_is_deterministic_and_chunking_invariant(extra):
+    dims = SynthDims(2, 300, 16, 4, 2)
+    params = _params({**MOE, **extra, "drift": {"rate": 0.1, "share": [0.3, 0.6], "static": 0.3}})
+    assert TraceSynthesizer(params, dims, seed=3).drift_tokens(45).size >= 2  # shifts happen in the range
+    a = _flat(synthesize(params, dims, 45, seed=3, chunk_tokens=64))
+    b = _flat(synthesize(params, dims, 45, seed=3, chunk_tokens=7))
+    c = _flat(synthesize(params, dims, 45, seed=3, chunk_tokens=64))
+    assert _same(a[0], b[0]) and _same(a[1], b[1]) and np.array_equal(a[2], b[2])
+    assert _same(a[0], c[0]) and _same(a[1], c[1])
+
+
+def test_drift_on_the_fly_equals_file_and_survives_buffer_retries(tmp_path, monkeypatch):
+    import sim.traces.synth as synth_module
+
+    dims = SynthDims(2, 400, 16, 4, 2)
+    params = _params({**MOE, "drift": {"rate": 0.15, "share": 0.5}})
+    live = synth_trace(params, dims, 40, seed=5, chunk_tokens=8)
+    path, _ = write_synthetic(tmp_path / "d.npz", params, dims, 40, seed=5, chunk_tokens=8)
+    normal = _flat(live.chunks())
+    assert _same(normal[0], _flat(Trace.load(path).chunks())[0])
+    monkeypatch.setattr(synth_module, "_BUFFER_FACTOR", 0.001)  # retries must restore the shifted tables
+    retried = _flat(synthesize(params, dims, 40, seed=5, chunk_tokens=8))
+    assert _same(normal[0], retried[0]) and _same(normal[1], retried[1])
+
+
+def test_drift_rate_zero_is_the_old_generator_and_tokens_before_the_first_shift_are_unchanged():
+    dims = SynthDims(2, 300, 16, 4, 2)
+    plain = _flat(synthesize(_params(MOE), dims, 60, seed=2))
+    off = _flat(synthesize(_params({**MOE, "drift": {"rate": 0.0, "share": 0.7}}), dims, 60, seed=2))
+    no_share = _flat(synthesize(_params({**MOE, "drift": {"rate": 0.3, "share": 0.0}}), dims, 60, seed=2))
+    assert _same(plain[0], off[0]) and _same(plain[1], off[1]) and _same(plain[0], no_share[0])
+    params = _params({**MOE, "drift": {"rate": 0.05, "share": 0.5}})
+    first = int(TraceSynthesizer(params, dims, seed=2).drift_tokens(60)[0])
+    drifted = _flat(synthesize(params, dims, 60, seed=2))
+    rows = first * dims.n_layers * dims.top_k
+    assert _same(plain[0][:rows], drifted[0][:rows])  # identical up to the first shift ...
+    assert not _same(plain[0][rows:], drifted[0][rows:])  # ... and not after it
+    assert np.array_equal(plain[2], drifted[2])  # drift never touches routing
+
+
+def test_drift_keeps_density_and_makes_a_static_hot_set_go_stale():
+    dims = SynthDims(1, 1000, 16)
+    still = _activity(_params(DRIFT, drift={"rate": 0.0}), dims, 700, seed=1)
+    moving = _activity(_params(DRIFT), dims, 700, seed=1)
+    assert abs(moving.mean() - 0.1) < 0.01 and abs(still.mean() - 0.1) < 0.01
+
+    def coverage_decay(act):
+        hot = np.argsort(-act[:50, 0].sum(0))[:100]  # the 100 most active neurons of the first 50 tokens
+        near, far = act[50:60, 0], act[600:700, 0]
+        return near[:, hot].sum() / near.sum(), far[:, hot].sum() / far.sum()
+
+    s_near, s_far = coverage_decay(still)
+    m_near, m_far = coverage_decay(moving)
+    assert s_near > 0.5 and abs(s_far - s_near) < 0.05  # no drift: the set still covers token 600+
+    assert m_far < 0.15 and m_near > m_far + 0.1  # drift: it has gone stale, down to a random set's 10%
+    # a shift replaces the hot set at once: the next token's coverage by the previous token's set drops
+    shifts = TraceSynthesizer(_params(DRIFT), dims, seed=1).drift_tokens(700)
+    overlap = (moving[1:, 0] & moving[:-1, 0]).sum(1) / moving[1:, 0].sum(1)
+    at_shift = overlap[shifts[shifts > 0] - 1]
+    assert at_shift.mean() < np.delete(overlap, shifts[shifts > 0] - 1).mean() - 0.15
+
+
+def test_regular_spacing_has_one_shift_per_block_and_static_neurons_never_move():
+    dims = SynthDims(2, 500, 16, 4, 2)
+    regular = _params({**MOE, "drift": {"rate": 0.04, "share": 0.8, "spacing": "regular", "static": 0.5}})
+    gen = TraceSynthesizer(regular, dims, seed=9)
+    shifts = gen.drift_tokens(1000)
+    assert np.array_equal(shifts // 25, np.arange(40))  # exactly one in each block of 1 / rate = 25 tokens
+    poisson = TraceSynthesizer(_params({**MOE, "drift": {"rate": 0.04, "share": 0.8}}), dims, seed=9)
+    assert np.diff(poisson.drift_tokens(5000)).std() > 2 * np.diff(gen.drift_tokens(5000)).std()
+    before = gen.tables.p_by_id.copy()
+    for _ in synthesize(regular, dims, 300, synthesizer=gen):
+        pass
+    after = gen.tables.p_by_id
+    assert np.array_equal(np.sort(before, axis=2), np.sort(after, axis=2))  # the same propensities, moved
+    for layer in range(dims.n_layers):
+        p = np.sort(before[layer, 0])[::-1]
+        n_static = int(np.searchsorted(np.cumsum(p) / p.sum(), 0.5)) + 1
+        top = before[layer] >= p[n_static - 1]  # the hottest neurons carrying half of the activations
+        assert np.array_equal(after[layer][top], before[layer][top])  # ... stay where they were
+        assert np.mean(after[layer][~top] != before[layer][~top]) > 0.5  # the others moved
+
+
+def test_bad_drift_parameters_are_one_line_errors():
+    for drift, field in (({"rate": 1.5, "share": 0.5}, "drift.rate"), ({"rate": 0.1}, "drift"),
+                         ({"rate": 0.1, "share": 2.0}, "drift.share"), ({"rate": 0.1, "speed": 1}, "drift"),
+                         ({"rate": 0.1, "share": 0.5, "spacing": "often"}, "drift.spacing"),
+                         ({"rate": 0.1, "share": 0.5, "static": 1.0}, "drift.static")):
+        with pytest.raises(SimError) as info:
+            _params(MOE, drift=drift)
+        assert "\n" not in str(info.value) and info.value.field == field
