@@ -40,6 +40,8 @@ def run(
     prune: bool = typer.Option(False, "--prune", help="Drop stored rows of points no longer in the spec."),
     dry_run: bool = typer.Option(False, "--dry-run", help="List the points and what is left to run; run nothing."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar with ETA."),
+    commit_every: float = typer.Option(1.0, "--commit-every", help="Seconds between durable commits of rows "
+                                       "(0: each row at once; a crash loses at most this much finished work)."),
 ) -> None:
     """Run every point of SPEC not yet in --out, in parallel; rows are stored as they finish."""
     from sim.explore.sweep import run_sweep, spec_points
@@ -49,13 +51,15 @@ def run(
                        field="--dask")
     if dask is not None and scheduler is not None:
         raise SimError("give either --dask local or --scheduler ADDRESS, not both", field="--dask")
+    if not commit_every >= 0:
+        raise SimError(f"must be >= 0 seconds, got {commit_every}", field="--commit-every")
     if not spec.is_file():
         raise SimError("no such spec file", source=str(spec))
     if dry_run:
         _dry_run(spec, out, spec_points)
         return
     report = run_sweep(spec, out, workers=workers, scheduler=scheduler or dask, retry_failed=retry_failed,
-                       prune=prune, progress=progress)
+                       prune=prune, progress=progress, commit_every_s=commit_every)
     for note in report.notes:
         print(f"note: {note}")
     print(f"sweep {spec.name}: {report.total} points, {report.skipped} already done, {report.ran} run, "

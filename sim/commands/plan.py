@@ -1,0 +1,66 @@
+"""`sim plan`: the PowerInfer-2 knobs that run a model fastest on a device at a memory budget."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import typer
+
+from sim.errors import SimError
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan)
+
+
+def plan(
+    device: str = typer.Option("oneplus-12", "--device", help="Device name or YAML path."),
+    model: str = typer.Option("turbosparse-mixtral-47b", "--model", help="Model name or YAML path."),
+    memory_budget: str = typer.Option(..., "--memory-budget", help="DRAM the app may use: 12GB, 12GiB or 50%."),
+    objective: str = typer.Option("tokens_per_s", "--objective", help="tokens_per_s (fastest) or energy (J/token)."),
+    min_tokens_per_s: float | None = typer.Option(None, "--min-tokens-per-s", help="Reject plans slower than this."),
+    out: Path | None = typer.Option(None, "--out", help="Write the plan YAML here (for sim run --plan)."),
+    workers: int = typer.Option(1, "--workers", help="Local worker processes for the evaluations."),
+    prune_tokens: int = typer.Option(8, "--prune-tokens", help="Decode tokens per analytic (pruning) evaluation."),
+    confirm_tokens: int = typer.Option(32, "--confirm-tokens", help="Decode tokens per DES confirmation."),
+    warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Trace tokens replayed to warm the cache."),
+    confirm: int = typer.Option(3, "--confirm", help="Best analytic candidates confirmed with the DES."),
+    passes: int = typer.Option(2, "--passes", help="Rounds of one-knob-at-a-time search."),
+    seed: int = typer.Option(0, "--seed", help="Random seed (synthetic trace)."),
+    preset: str | None = typer.Option(None, "--preset", help="Synthetic-trace preset (default: the model's)."),
+) -> None:
+    """Search compute/I-O cores, cluster size, hot/cold split, NPU share and cache policy; print the plan."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.explore.planner import plan as search
+
+    result = search(device, model, memory_budget=memory_budget, objective=objective,
+                    min_tokens_per_s=min_tokens_per_s, prune_tokens=prune_tokens, confirm_tokens=confirm_tokens,
+                    warmup_tokens=warmup_tokens, confirm=confirm, passes=passes, seed=seed, preset=preset,
+                    workers=workers)
+    text = result.to_yaml()
+    if out is not None:
+        try:
+            out.write_text(text)
+        except OSError as exc:
+            raise SimError(f"cannot write: {exc.strerror or exc}", source=str(out)) from None
+    print(text, end="")
+    console = Console(stderr=True)
+    table = Table("plan", "tokens/s (DES)", "analytic", "J/token", "knobs changed from the default",
+                  title=f"{result.analytic_evaluations} analytic evaluations, {result.des_evaluations} confirmed "
+                        f"with the DES ({result.settings['decode_tokens']} decode tokens)")
+    for label, c in [("chosen", result.best)] + [(f"runner-up {i + 1}", r) for i, r in enumerate(result.runners_up)]:
+        table.add_row(label, _fmt(c.tokens_per_s), _fmt(c.analytic_tokens_per_s), _fmt(c.energy_j_per_token),
+                      ", ".join(f"{k}={v}" for k, v in c.knobs.items()) or "(default configuration)")
+    console.print(table)
+    speedup = result.best.tokens_per_s / result.default.tokens_per_s if result.default.tokens_per_s else math.nan
+    console.print(f"predicted {result.best.tokens_per_s:.3g} tokens/s; default configuration "
+                  f"{result.default.tokens_per_s:.3g} tokens/s ({speedup:.2f}x)")
+    if out is not None:
+        console.print(f"wrote {out}")
+
+
+def _fmt(v: float) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.4g}"

@@ -1,0 +1,127 @@
+"""Figures of sweep results: a metric against one axis (lines per hue) or over two (heatmap).
+
+Both take the tidy results DataFrame of :func:`sim.explore.sweep.run_sweep` and use only
+its ``ok`` rows. Axis values written as sizes (``8GB``) are placed by their byte count,
+numbers by value, anything else in order of first appearance. Several rows per plotted
+cell (seeds, axes not plotted) are averaged; line plots shade their min-max range.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter
+
+from sim.errors import SimError
+from sim.units import format_bytes, parse_bytes
+
+
+def _ok_rows(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "ok"] if "status" in df else df
+
+
+def _check_columns(df: pd.DataFrame, names: dict[str, str | None]) -> None:
+    for option, col in names.items():
+        if col is not None and col not in df.columns:
+            shown = [c for c in df.columns if not c.startswith(("knobs.", "memory.", "utilisation.", "phases_"))]
+            raise SimError(f"no column {col!r} in the results; columns include: {', '.join(shown)}", field=option)
+
+
+def axis_values(s: pd.Series) -> tuple[pd.Series, str]:
+    """(numeric position per row, kind) where kind is ``bytes``, ``number`` or ``category``."""
+    values = s.tolist()
+    if all(isinstance(v, str) for v in values):
+        try:
+            return pd.Series([float(parse_bytes(v)) for v in values], index=s.index), "bytes"
+        except SimError:
+            pass
+    numeric = pd.to_numeric(s, errors="coerce")
+    if not numeric.isna().any():
+        return numeric.astype(float), "number"
+    order = {v: i for i, v in enumerate(dict.fromkeys(str(v) for v in values))}
+    return pd.Series([float(order[str(v)]) for v in values], index=s.index), "category"
+
+
+def _labels(s: pd.Series, pos: pd.Series) -> dict[float, str]:
+    return {p: str(v) for p, v in zip(pos, s, strict=True)}
+
+
+def line_plot(df: pd.DataFrame, x: str, y: str, hue: str | None = None, out: str | Path | None = None,
+              title: str | None = None) -> Figure:
+    """``y`` against ``x``, one line per value of ``hue``; saved to ``out`` when given."""
+    _check_columns(df, {"--x": x, "--y": y, "--hue": hue})
+    data = _ok_rows(df)
+    if data.empty:
+        raise SimError("no successful points to plot", field="--y")
+    pos, kind = axis_values(data[x])
+    frame = pd.DataFrame({"x": pos, "y": pd.to_numeric(data[y], errors="coerce"),
+                          "hue": data[hue].astype(str) if hue else ""}, index=data.index)
+    fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+    ax = fig.add_subplot()
+    for name, grp in frame.groupby("hue", sort=False):
+        agg = grp.groupby("x")["y"].agg(["mean", "min", "max"]).sort_index()
+        ax.plot(agg.index, agg["mean"], marker="o", markersize=3.5, linewidth=1.6, label=str(name) if hue else None)
+        if (agg["max"] > agg["min"]).any():
+            ax.fill_between(agg.index, agg["min"], agg["max"], alpha=0.15)
+    _format_axis(ax.xaxis, kind, _labels(data[x], pos))
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.grid(True, alpha=0.3)
+    if hue:
+        ax.legend(title=hue, fontsize=8)
+    ax.set_title(title or f"{y} vs {x}")
+    if out is not None:
+        fig.savefig(out, dpi=120)
+    return fig
+
+
+def heatmap(df: pd.DataFrame, x: str, y: str, value: str, out: str | Path | None = None,
+            title: str | None = None) -> Figure:
+    """Mean ``value`` over a grid of two axes, each cell annotated."""
+    _check_columns(df, {"--x": x, "--y": y, "--value": value})
+    data = _ok_rows(df)
+    if data.empty:
+        raise SimError("no successful points to plot", field="--value")
+    xp, xkind = axis_values(data[x])
+    yp, ykind = axis_values(data[y])
+    frame = pd.DataFrame({"x": xp, "y": yp, "v": pd.to_numeric(data[value], errors="coerce")}, index=data.index)
+    grid = frame.pivot_table(index="y", columns="x", values="v", aggfunc="mean").sort_index().sort_index(axis=1)
+    xl, yl = _labels(data[x], xp), _labels(data[y], yp)
+    fig = Figure(figsize=(max(5.0, 2.0 + 0.9 * grid.shape[1]), max(3.5, 1.5 + 0.5 * grid.shape[0])),
+                 layout="constrained")
+    ax = fig.add_subplot()
+    img = ax.imshow(grid.to_numpy(), aspect="auto", origin="lower", cmap="viridis")
+    fig.colorbar(img, ax=ax, label=value)
+    ax.set_xticks(range(grid.shape[1]), [_tick(v, xkind, xl) for v in grid.columns], rotation=45, ha="right")
+    ax.set_yticks(range(grid.shape[0]), [_tick(v, ykind, yl) for v in grid.index])
+    finite = grid.to_numpy()[np.isfinite(grid.to_numpy())]
+    mid = float(np.mean([finite.min(), finite.max()])) if finite.size else 0.0
+    for i in range(grid.shape[0]):
+        for j in range(grid.shape[1]):
+            v = grid.iat[i, j]
+            if np.isfinite(v):
+                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
+                        color="black" if v > mid else "white")
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    ax.set_title(title or f"{value}")
+    if out is not None:
+        fig.savefig(out, dpi=120)
+    return fig
+
+
+def _tick(v: float, kind: str, labels: dict[float, str]) -> str:
+    if kind == "bytes":
+        return format_bytes(v)
+    return labels.get(v, f"{v:g}")
+
+
+def _format_axis(axis, kind: str, labels: dict[float, str]) -> None:  # type: ignore[no-untyped-def]
+    if kind == "bytes":
+        axis.set_major_formatter(FuncFormatter(lambda v, _p: format_bytes(v)))
+    elif kind == "category":
+        ticks = sorted(labels)
+        axis.set_ticks(ticks, [labels[t] for t in ticks])

@@ -1,0 +1,189 @@
+"""Run a sweep: expand the spec, skip finished points, run the rest anywhere, store every row.
+
+``run_sweep(spec, "results.parquet", workers=4)`` is what ``sim sweep`` calls. Points are
+identified by the hash of their resolved configuration (:mod:`sim.explore.spec`); the
+store (:mod:`sim.explore.store`) makes each finished row durable within about a second,
+so running the same command again after a crash, a SIGKILL or Ctrl-C runs only the
+points that have no row yet, and the compacted result never holds a point twice.
+
+The result is one tidy DataFrame, a row per point: ``point_id``, ``status`` (``ok`` or
+``failed``), ``error``, the spec's axis columns, the configuration (device, model,
+strategy, run options, ``knobs.<name>``), every summary metric (nested ones flattened as
+``memory.neuron_cache``, ``phases_ms_per_token.ffn`` ...) and run metadata
+(``project_version``, ``device_hash``, ``model_hash``, and the timing columns ``wall_s``,
+``finished_at`` and ``worker``, the only ones that differ between two runs of a point).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sim.explore.executors import Executor, check_executor_args, make_executor
+from sim.explore.spec import Point, SweepSpec, expand, load_spec
+from sim.explore.store import FLUSH_INTERVAL_S, ResultStore
+from sim.explore.worker import TIMING_COLUMNS
+
+__all__ = ["TIMING_COLUMNS", "SweepReport", "run_points", "run_sweep", "spec_points"]
+
+
+@dataclass
+class SweepReport:
+    """What a sweep run did (the rows themselves are in ``results``)."""
+
+    out: Path
+    total: int  # distinct points in the spec
+    skipped: int  # already in the store
+    ran: int
+    failed: int  # failed rows among the spec's points (this run or earlier)
+    wall_s: float
+    results: pd.DataFrame
+    notes: list[str] = field(default_factory=list)
+    first_error: str | None = None
+
+
+def spec_points(spec: SweepSpec | str | Path, base_dir: Path | None = None) -> tuple[list[Point], str]:
+    """The spec's distinct points (first occurrence of each id wins) and its source name."""
+    if isinstance(spec, str | Path):
+        spec_obj, folder = load_spec(spec)
+        source, base_dir = str(spec), folder
+    else:
+        spec_obj, source = spec, spec.name or "spec"
+    points = expand(spec_obj, base_dir, source)
+    seen: set[str] = set()
+    unique = []
+    for p in points:
+        if p.id not in seen:
+            seen.add(p.id)
+            unique.append(p)
+    return unique, source
+
+
+def run_sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1, scheduler: str | None = None,
+              retry_failed: bool = False, prune: bool = False, progress: bool = True,
+              base_dir: Path | None = None, on_row: Callable[[dict[str, Any]], None] | None = None,
+              commit_every_s: float = FLUSH_INTERVAL_S) -> SweepReport:
+    """Run every point of ``spec`` that ``out`` does not hold yet; returns the compacted results.
+
+    Finished rows become durable at most ``commit_every_s`` seconds apart (0: every row its
+    own part file); a crash loses at most the rows finished since the last commit.
+    """
+    t0 = time.perf_counter()
+    check_executor_args(workers, scheduler)
+    points, _source = spec_points(spec, base_dir)
+    axes = axes_frame(points)
+    with ResultStore(out, flush_interval_s=commit_every_s) as store:
+        stored = store.load()
+        ok = set(stored.loc[stored["status"] == "ok", "point_id"]) if "status" in stored else set()
+        failed_ids = set(stored["point_id"]) - ok
+        done = ok if retry_failed else ok | failed_ids
+        todo = [p for p in points if p.id not in done]
+        failed_before = 0 if retry_failed else sum(p.id in failed_ids for p in points)
+        # Points sharing a trace run back to back, so each worker's trace cache hits.
+        first_seen: dict[tuple, int] = {}
+        for p in todo:
+            first_seen.setdefault(p.trace_key, len(first_seen))
+        todo.sort(key=lambda p: first_seen[p.trace_key])
+        ran = 0
+        try:
+            with _Progress(len(points), len(points) - len(todo), failed_before, enabled=progress) as bar:
+                for p in [p for p in todo if p.error is not None]:  # settings that do not resolve
+                    store.append(failed_row(p))
+                    bar.advance(failed=True)
+                    ran += 1
+                runnable = [p for p in todo if p.error is None]
+                if runnable:
+                    with make_executor(workers, scheduler) as ex:
+                        for row in run_points(ex, runnable):
+                            store.append(row)
+                            ran += 1
+                            bar.advance(failed=row["status"] != "ok")
+                            if on_row is not None:
+                                on_row(row)
+        except KeyboardInterrupt:  # keep what finished, readable in the results file, then stop
+            store.compact(axes, prune=False)
+            raise
+        results = store.compact(axes, prune=prune)
+        notes = list(store.notes)
+    spec_ids = set(axes["point_id"])
+    mine = results[results["point_id"].isin(spec_ids)]
+    failed = mine[mine["status"] != "ok"]
+    return SweepReport(Path(out), len(points), len(points) - len(todo), ran, len(failed),
+                       time.perf_counter() - t0, results, notes,
+                       None if failed.empty else str(failed["error"].iloc[0]))
+
+
+def run_points(ex: Executor, points: list[Point]) -> Iterator[dict[str, Any]]:
+    """Rows of ``points`` as they finish: measured columns joined with each point's own."""
+    by_id = {p.id: p for p in points}
+    for row in ex.run([p.task for p in points]):
+        yield complete_row(by_id[row["point_id"]], row)
+
+
+def complete_row(point: Point, measured: dict[str, Any]) -> dict[str, Any]:
+    row = {"point_id": point.id, "status": measured["status"], "error": measured.get("error")}
+    row.update(point.axes)
+    row.update(point.columns)
+    row.update({k: v for k, v in measured.items() if k not in row or k in ("status", "error")})
+    return row
+
+
+def failed_row(point: Point) -> dict[str, Any]:
+    return complete_row(point, {"point_id": point.id, "status": "failed", "error": point.error,
+                                "wall_s": 0.0, "finished_at": time.time(), "worker": "-"})
+
+
+def axes_frame(points: list[Point]) -> pd.DataFrame:
+    """``point_id`` plus the spec's axis columns, one row per point in spec order."""
+    from sim.explore.spec import cell
+
+    cols: list[str] = []
+    for p in points:
+        for k in p.axes:
+            if k not in cols:
+                cols.append(k)
+    data = [{"point_id": p.id, **{k: cell(p.axes.get(k)) for k in cols}} for p in points]
+    return pd.DataFrame(data, columns=["point_id", *cols])
+
+
+class _Progress:
+    """A rich progress bar with ETA on stderr (silent when disabled)."""
+
+    def __init__(self, total: int, done: int, failed: int, enabled: bool):
+        self.enabled = enabled and total > 0
+        self.failed = failed
+        if not self.enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self._progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+                                  TextColumn("{task.fields[failed]} failed"), TimeElapsedColumn(),
+                                  TextColumn("ETA"), TimeRemainingColumn(), console=Console(stderr=True))
+        self._task = self._progress.add_task("sweep", total=total, completed=done, failed=failed)
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.enabled:
+            self._progress.stop()
+
+    def advance(self, failed: bool = False) -> None:
+        self.failed += int(failed)
+        if self.enabled:
+            self._progress.update(self._task, advance=1, failed=self.failed)

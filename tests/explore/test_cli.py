@@ -1,0 +1,90 @@
+"""`sim sweep` (run, resume, plot, heatmap) and `sim plan` on a tiny model, through the CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from explore_helpers import PRESET, base, write_model, write_spec
+
+from sim.cli import main
+from sim.explore.store import read_results
+
+PNG = b"\x89PNG"
+
+
+@pytest.fixture()
+def spec(tmp_path):
+    return write_spec(tmp_path, {"name": "cli", "base": base(),
+                                 "grid": {"memory_budget": ["301.6MB", "302MB", "303MB"],
+                                          "strategy": ["powerinfer2", "llm-in-flash"]},
+                                 "seeds": [0, 1]})
+
+
+def test_sweep_runs_resumes_and_plots(spec, tmp_path, capsys):
+    out = tmp_path / "r.parquet"
+    assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 0
+    assert "12 points, 0 already done, 12 run, 0 failed" in capsys.readouterr().out
+    assert main(["sweep", str(spec), "--out", str(out), "--no-progress", "--workers", "2"]) == 0
+    assert "12 already done, 0 run" in capsys.readouterr().out
+    assert main(["sweep", str(spec), "--out", str(out), "--dry-run"]) == 0
+    assert "12 already in" in capsys.readouterr().out
+    df = read_results(out)
+    assert len(df) == 12 and df["point_id"].is_unique
+    line, heat = tmp_path / "line.png", tmp_path / "heat.png"
+    assert main(["sweep", "plot", str(out), "--x", "memory_budget", "--y", "decode_tokens_per_s", "--hue",
+                 "strategy", "--out", str(line)]) == 0
+    assert main(["sweep", "heatmap", str(out), "--x", "memory_budget", "--y", "strategy", "--out", str(heat)]) == 0
+    assert line.read_bytes()[:4] == PNG and heat.read_bytes()[:4] == PNG
+
+
+@pytest.mark.parametrize("args, message", [
+    (["sweep", "nope.yaml", "--out", "r.parquet"], "no such spec file"),
+    (["sweep", "{spec}", "--out", "r.parquet", "--dask", "remote"], "--dask: only 'local'"),
+    (["sweep", "{spec}", "--out", "r.parquet", "--workers", "0"], "--workers: must be an integer >= 1"),
+    (["sweep", "{spec}", "--out", "r.parquet", "--scheduler", "host:1"], "expected a scheduler address"),
+    (["sweep", "{bad}", "--out", "r.parquet"], "unknown setting 'budget'"),
+    (["sweep", "plot", "{results}", "--x", "budget"], "--x: no column 'budget'"),
+    (["sweep", "plot", "missing.parquet", "--x", "seed"], "no such results file"),
+])
+def test_cli_errors_are_one_line_with_exit_2(args, message, spec, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    bad = write_spec(tmp_path, {"base": base(), "grid": {"budget": ["1GB"]}}, "bad.yaml")
+    results = tmp_path / "ok.parquet"
+    if "{results}" in args:
+        assert main(["sweep", str(spec), "--out", str(results), "--no-progress"]) == 0
+    argv = [a.format(spec=spec, bad=bad, results=results) for a in args]
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1
+
+
+def test_plan_writes_a_plan_that_sim_run_accepts_and_reproduces(tmp_path, capsys):
+    model = write_model(tmp_path)
+    plan_file = tmp_path / "plan.yaml"
+    common = ["--model", str(model), "--memory-budget", "302MB", "--preset", PRESET]
+    assert main(["plan", *common, "--prune-tokens", "4", "--warmup-tokens", "4", "--confirm-tokens", "8",
+                 "--passes", "1", "--out", str(plan_file)]) == 0
+    printed = capsys.readouterr().out
+    plan = yaml.safe_load(plan_file.read_text())
+    assert yaml.safe_load(printed) == plan
+    assert set(plan["knobs"]) == {"compute_cores", "io_cores", "cluster_neurons", "npu_activation_share",
+                                  "hot_share", "policy"}
+    run = ["run", *common, "--decode-tokens", "8", "--warmup-tokens", "4", "--json"]
+    assert main([*run, "--plan", str(plan_file)]) == 0
+    planned = json.loads(capsys.readouterr().out)["decode_tokens_per_s"]
+    assert main(run) == 0
+    default = json.loads(capsys.readouterr().out)["decode_tokens_per_s"]
+    assert planned == pytest.approx(plan["predicted"]["decode_tokens_per_s"], rel=1e-5)
+    assert default == pytest.approx(plan["default_configuration"]["decode_tokens_per_s"], rel=1e-5)
+    assert planned >= default
+
+
+def test_plan_rejects_an_unreachable_speed(tmp_path, capsys):
+    model = write_model(tmp_path)
+    assert main(["plan", "--model", str(model), "--memory-budget", "302MB", "--preset", PRESET, "--prune-tokens",
+                 "2", "--warmup-tokens", "2", "--confirm-tokens", "2", "--passes", "1", "--confirm", "1",
+                 "--min-tokens-per-s", "1e9"]) == 2
+    assert "no plan reaches 1e+09 tokens/s" in capsys.readouterr().err

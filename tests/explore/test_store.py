@@ -1,0 +1,119 @@
+"""The result store: durable parts, compaction, deduplication, crash leftovers, one writer."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.errors import SimError
+from sim.explore.store import ResultStore, canonical_columns, dedupe, normalise_values, read_results
+
+
+def row(i: int, status: str = "ok", finished: float = 0.0, **extra) -> dict:
+    return {"point_id": f"p{i:03d}", "status": status, "error": None if status == "ok" else "boom",
+            "decode_tokens_per_s": float(i), "finished_at": finished, **extra}
+
+
+def test_rows_are_durable_after_flush_and_compaction_removes_parts(tmp_path):
+    out = tmp_path / "r.parquet"
+    with ResultStore(out, flush_rows=2, flush_interval_s=1e9) as store:
+        for i in range(5):
+            store.append(row(i))
+        assert len(store.part_files()) == 2  # two full batches; the fifth row is still buffered
+        assert len(ResultStore(out).load()) == 4  # what another reader sees right now
+    assert len(ResultStore(out).load()) == 5  # closing flushed the last row
+    with ResultStore(out) as store:
+        df = store.compact()
+    assert not (tmp_path / "r.parquet.parts").exists()
+    assert list(df["point_id"]) == [f"p{i:03d}" for i in range(5)]
+    assert read_results(out).equals(df)
+
+
+def test_a_crash_after_compaction_but_before_deleting_parts_duplicates_nothing(tmp_path):
+    out = tmp_path / "r.parquet"
+    with ResultStore(out, flush_rows=1) as store:
+        for i in range(3):
+            store.append(row(i))
+        parts = [p.read_bytes() for p in store.part_files()]
+        store.compact()
+    # Put the parts back, as if the process died between the rename and the deletes.
+    (tmp_path / "r.parquet.parts").mkdir()
+    for i, blob in enumerate(parts):
+        (tmp_path / "r.parquet.parts" / f"part-{i:020d}-1-000001-aaaaaaaa.parquet").write_bytes(blob)
+    with ResultStore(out) as store:
+        assert len(store.load()) == 3
+        assert sorted(store.compact()["point_id"]) == ["p000", "p001", "p002"]
+
+
+def test_interrupted_writes_and_torn_parts_are_ignored(tmp_path):
+    out = tmp_path / "r.parquet"
+    with ResultStore(out, flush_rows=1) as store:
+        store.append(row(1))
+    parts = tmp_path / "r.parquet.parts"
+    (parts / ".part-00000000000000000009-1-000001-deadbeef.tmp").write_bytes(b"PAR1 half written")
+    (parts / "part-00000000000000000009-1-000002-deadbeef.parquet").write_bytes(b"not parquet")
+    (tmp_path / ".r.parquet.tmp-123").write_bytes(b"half a compaction")
+    with ResultStore(out) as store:
+        assert list(store.load()["point_id"]) == ["p001"]
+        assert any("unreadable part" in n for n in store.notes)
+        store.compact()
+    assert not list(tmp_path.glob(".r.parquet.tmp-*"))
+    assert list(read_results(out)["point_id"]) == ["p001"]
+
+
+def test_ok_row_wins_over_failed_then_the_first_success_or_the_last_failure():
+    df = pd.DataFrame([row(1, "failed", 1.0), row(1, "ok", 5.0), row(1, "ok", 3.0), row(2, "failed", 2.0),
+                       row(2, "failed", 1.0)])
+    out = dedupe(df)
+    assert list(out["point_id"]) == ["p001", "p002"]
+    assert list(out["finished_at"]) == [3.0, 2.0]
+    assert list(out["status"]) == ["ok", "failed"]
+
+
+def test_only_one_writer_at_a_time(tmp_path):
+    out = tmp_path / "r.parquet"
+    with ResultStore(out), pytest.raises(SimError, match="another sweep is writing"):
+        ResultStore(out).open()
+    with ResultStore(out):  # released on close
+        pass
+
+
+def test_compaction_orders_by_spec_and_keeps_other_points_unless_pruned(tmp_path):
+    out = tmp_path / "r.parquet"
+    with ResultStore(out, flush_rows=1) as store:
+        for i in (3, 1, 2, 9):
+            store.append(row(i, strategy="x"))
+        axes = pd.DataFrame({"point_id": ["p001", "p002", "p003"], "budget": ["8GB", "9GB", "10GB"]})
+        df = store.compact(axes)
+        assert list(df["point_id"]) == ["p001", "p002", "p003", "p009"]
+        assert list(df.columns[:4]) == ["point_id", "status", "error", "budget"]
+        assert list(store.compact(axes, prune=True)["point_id"]) == ["p001", "p002", "p003"]
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.integers(-5, 5), st.floats(allow_nan=False, allow_infinity=False,
+                                                                   width=32), st.text(max_size=4),
+                          st.booleans()), min_size=1, max_size=8), st.integers(1, 4))
+def test_any_column_mix_survives_a_parquet_round_trip(tmp_path_factory, values, flush_rows):
+    out = tmp_path_factory.mktemp("mix") / "r.parquet"
+    with ResultStore(out, flush_rows=flush_rows, flush_interval_s=1e9) as store:
+        for i, v in enumerate(values):
+            store.append({"point_id": f"p{i}", "status": "ok", "axis": v})
+        df = store.compact()
+    assert len(df) == len(values)
+    for got, want in zip(df["axis"], normalise_values(values), strict=True):
+        if want is None or (isinstance(want, float) and math.isnan(want)):
+            assert got is None or (isinstance(got, float) and math.isnan(got)) or pd.isna(got)
+        else:
+            assert got == want
+
+
+def test_canonical_columns_do_not_depend_on_arrival_order():
+    cols = ["wall_s", "memory.kv_cache", "knobs.b", "decode_tokens_per_s", "strategy", "error", "point_id",
+            "status", "knobs.a", "x", "project_version"]
+    assert canonical_columns(cols, ["x"]) == canonical_columns(list(reversed(cols)), ["x"])
+    assert canonical_columns(cols, ["x"])[:6] == ["point_id", "status", "error", "x", "strategy", "knobs.a"]
