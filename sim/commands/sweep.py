@@ -110,12 +110,16 @@ def heatmap_cmd(
     out: Path | None = typer.Option(None, "--out", help="PNG to write (default: next to the results)."),
 ) -> None:
     """Heatmap of a metric over two axes (mean per cell)."""
-    from sim.explore.plots import heatmap
     from sim.explore.store import read_results
+    from sim.plots import plot_sweep_heatmap, save_figure
 
     df = read_results(results)
+    for flag, column in (("--x", x), ("--y", y), ("--value", value)):
+        if column not in df.columns:
+            raise SimError(f"no column {column!r} in {results}; columns: {', '.join(map(str, df.columns))}",
+                           field=flag)
     target = out or results.with_name(f"{results.stem}_{_slug(value)}_{_slug(x)}_x_{_slug(y)}.png")
-    heatmap(df, x, y, value, target)
+    save_figure(plot_sweep_heatmap(df, x, y, value).figure, target)
     print(f"wrote {target}")
 
 

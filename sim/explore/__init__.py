@@ -4,7 +4,7 @@
 - :mod:`sim.explore.sweep`: :func:`run_sweep`, crash-safe and resumable, in-process, on
   local worker processes or on a Dask cluster (:mod:`sim.explore.executors`);
 - :mod:`sim.explore.store`: durable Parquet parts and compaction;
-- :mod:`sim.explore.plots`: line and heatmap figures of results;
+- :mod:`sim.explore.plots`: line figures of results (heatmaps: :func:`sim.plots.plot_sweep_heatmap`);
 - :mod:`sim.explore.planner`: :func:`plan`, the PowerInfer-2 knob search.
 """
 

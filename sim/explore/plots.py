@@ -1,6 +1,6 @@
-"""Figures of sweep results: a metric against one axis (lines per hue) or over two (heatmap).
+"""Figures of sweep results: a metric against one axis, one line per hue (heatmaps live in sim.plots).
 
-Both take the tidy results DataFrame of :func:`sim.explore.sweep.run_sweep` and use only
+It takes the tidy results DataFrame of :func:`sim.explore.sweep.run_sweep` and uses only
 its ``ok`` rows. Axis values written as sizes (``8GB``) are placed by their byte count,
 numbers by value, anything else in order of first appearance. Several rows per plotted
 cell (seeds, axes not plotted) are averaged; line plots shade their min-max range.
@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
@@ -73,41 +72,6 @@ def line_plot(df: pd.DataFrame, x: str, y: str, hue: str | None = None, out: str
     if hue:
         ax.legend(title=hue, fontsize=8)
     ax.set_title(title or f"{y} vs {x}")
-    if out is not None:
-        fig.savefig(out, dpi=120)
-    return fig
-
-
-def heatmap(df: pd.DataFrame, x: str, y: str, value: str, out: str | Path | None = None,
-            title: str | None = None) -> Figure:
-    """Mean ``value`` over a grid of two axes, each cell annotated."""
-    _check_columns(df, {"--x": x, "--y": y, "--value": value})
-    data = _ok_rows(df)
-    if data.empty:
-        raise SimError("no successful points to plot", field="--value")
-    xp, xkind = axis_values(data[x])
-    yp, ykind = axis_values(data[y])
-    frame = pd.DataFrame({"x": xp, "y": yp, "v": pd.to_numeric(data[value], errors="coerce")}, index=data.index)
-    grid = frame.pivot_table(index="y", columns="x", values="v", aggfunc="mean").sort_index().sort_index(axis=1)
-    xl, yl = _labels(data[x], xp), _labels(data[y], yp)
-    fig = Figure(figsize=(max(5.0, 2.0 + 0.9 * grid.shape[1]), max(3.5, 1.5 + 0.5 * grid.shape[0])),
-                 layout="constrained")
-    ax = fig.add_subplot()
-    img = ax.imshow(grid.to_numpy(), aspect="auto", origin="lower", cmap="viridis")
-    fig.colorbar(img, ax=ax, label=value)
-    ax.set_xticks(range(grid.shape[1]), [_tick(v, xkind, xl) for v in grid.columns], rotation=45, ha="right")
-    ax.set_yticks(range(grid.shape[0]), [_tick(v, ykind, yl) for v in grid.index])
-    finite = grid.to_numpy()[np.isfinite(grid.to_numpy())]
-    mid = float(np.mean([finite.min(), finite.max()])) if finite.size else 0.0
-    for i in range(grid.shape[0]):
-        for j in range(grid.shape[1]):
-            v = grid.iat[i, j]
-            if np.isfinite(v):
-                ax.text(j, i, f"{v:.3g}", ha="center", va="center", fontsize=7,
-                        color="black" if v > mid else "white")
-    ax.set_xlabel(x)
-    ax.set_ylabel(y)
-    ax.set_title(title or f"{value}")
     if out is not None:
         fig.savefig(out, dpi=120)
     return fig
