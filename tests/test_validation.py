@@ -25,6 +25,9 @@ def test_every_point_names_its_source_and_a_runnable_setting():
     for p in points:
         assert p["source"].startswith("["), p["id"]
         assert p["published"] > 0 and p["metric"]
+        if p.get("modelled") is False:  # kept for the record: must say why no run reproduces it
+            assert len(p["why"]) > 20, p["id"]
+            continue
         load_device(p["device"]), load_model(p["model"]), get_strategy(p["strategy"])
         assert ("memory_budget" in p) != ("offload" in p), p["id"]
 
