@@ -8,8 +8,8 @@ axis and ``sim sweep heatmap results.parquet --x ... --y ... --value ...`` over 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import click
 import typer
 from typer.core import TyperGroup
 
@@ -19,7 +19,7 @@ from sim.errors import SimError
 class _SweepGroup(TyperGroup):
     """``sim sweep SPEC ...`` is ``sim sweep run SPEC ...``; ``plot``/``heatmap`` are subcommands."""
 
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # ctx: typer's click Context
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
