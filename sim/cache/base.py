@@ -181,8 +181,11 @@ class CachePolicy(ABC):
             next_use = _EMPTY
         else:
             next_use = np.ascontiguousarray(next_use, dtype=np.int64)
-        if record_evictions and self._evbuf.shape[0] < self.n_items + 1:
-            self._evbuf = np.zeros(self.n_items + 1, dtype=np.int64)
+        # Every eviction undoes an insertion made before the block (at most n_items are
+        # resident) or within it (at most one per request), so this bound cannot overflow.
+        need = self.n_items + items.shape[0] + 1
+        if record_evictions and self._evbuf.shape[0] < need:
+            self._evbuf = np.zeros(need, dtype=np.int64)
         return self._run_block(items, sizes, offsets, tokens, next_use, record_evictions)
 
     def _run_block(self, items: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, tokens: np.ndarray,

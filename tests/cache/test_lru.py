@@ -75,3 +75,21 @@ def test_step_larger_than_capacity_bypasses_the_overflow():
 def test_capacity_zero_caches_nothing():
     items, offsets = csr([[0, 1], [0, 1]])
     assert not LRU(0, 2).run(items, offsets).hit.any()
+
+
+def test_recording_evictions_over_a_long_run_never_overflows_the_buffer():
+    """A block can evict far more keys than there are items (evict, re-insert, evict again);
+    the eviction buffer must hold them all (it once held only n_items + 1)."""
+    import numpy as np
+
+    from sim.cache import make_policy
+
+    n_items, n_steps = 8, 2000
+    rng = np.random.default_rng(0)
+    items = rng.integers(0, n_items, n_steps).astype(np.int64)
+    offsets = np.arange(n_steps + 1, dtype=np.int64)
+    policy = make_policy("lru", capacity_bytes=2, n_items=n_items, item_bytes=1)
+    out = policy.run(items, offsets, record_evictions=True)
+    assert out.n_evicted > n_items + 1
+    assert out.evicted is not None and out.evicted.shape[0] == out.n_evicted
+    assert int(out.hit.sum()) + out.n_evicted <= n_steps
