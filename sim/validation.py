@@ -15,7 +15,8 @@ import pandas as pd
 from sim.errors import SimError
 from sim.profiles.yamlio import load_yaml_text
 
-RUN_KEYS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "policy", "preset")
+RUN_KEYS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "policy", "preset",
+            "prompt_tokens")
 DEFAULT_TOLERANCE = 0.15
 
 
