@@ -53,6 +53,8 @@ class NeuronCache:
             options.setdefault("profile_counts", popularity)
         self.policy: CachePolicy = make_policy(policy, capacity_bytes=self.cold_capacity, n_items=n_keys,
                                                item_bytes=item_bytes, **options)
+        self._offsets = np.zeros(2, dtype=np.int64)
+        self._token = np.zeros(1, dtype=np.int64)
         if popularity is not None and preload:
             self._preload(popularity)
 
@@ -76,10 +78,15 @@ class NeuronCache:
 
     def step(self, keys: np.ndarray, token: int) -> CacheStep:
         """Serve one layer's requested keys; returns which were resident."""
-        resident = self.is_hot[keys].copy()
-        cold = keys[~resident]
+        resident = self.is_hot[keys]  # fancy indexing: already a copy
+        cold_mask = ~resident
+        cold = keys[cold_mask]
         if cold.size:
-            result = self.policy.step(cold, token=token, check=False)
-            resident[~resident] = result.hit
+            # The replay fast path: keys are valid and unique by construction, and the engine
+            # needs only hits, so no eviction list is recorded.
+            self._offsets[1] = cold.size
+            self._token[0] = token
+            result = self.policy.run(cold, self._offsets, tokens=self._token)
+            resident[cold_mask] = result.hit
         hits = int(np.count_nonzero(resident))
         return CacheStep(resident, int(keys.size), hits)
