@@ -12,28 +12,36 @@ import math
 from collections.abc import Sequence
 
 
-def loglog_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> tuple[float, bool]:
-    """Interpolate y(x) in log-log space; return (value, extrapolated?). Clamps at the ends."""
-    if x <= xs[0]:
-        return float(ys[0]), x < xs[0]
-    if x >= xs[-1]:
-        return float(ys[-1]), x > xs[-1]
+def _locate(x: float, xs: Sequence[float]) -> tuple[int, float] | None:
+    """Segment i (xs[i-1] <= x <= xs[i]) and x's position in it on a log axis; None outside."""
+    if x <= xs[0] or x >= xs[-1]:
+        return None
     for i in range(1, len(xs)):
         if x <= xs[i]:
-            x0, x1, y0, y1 = xs[i - 1], xs[i], ys[i - 1], ys[i]
-            f = (math.log(x) - math.log(x0)) / (math.log(x1) - math.log(x0))
-            return float(math.exp(math.log(y0) + f * (math.log(y1) - math.log(y0)))), False
-    return float(ys[-1]), False
+            return i, (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
+    return None
+
+
+def _clamped(x: float, xs: Sequence[float], ys: Sequence[float]) -> tuple[float, bool]:
+    """The nearest end point, and whether x lies strictly outside the measured range."""
+    if x <= xs[0]:
+        return float(ys[0]), x < xs[0]
+    return float(ys[-1]), x > xs[-1]
+
+
+def loglog_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> tuple[float, bool]:
+    """Interpolate y(x) in log-log space; return (value, extrapolated?). Clamps at the ends."""
+    where = _locate(x, xs)
+    if where is None:
+        return _clamped(x, xs, ys)
+    i, f = where
+    return float(math.exp(math.log(ys[i - 1]) + f * (math.log(ys[i]) - math.log(ys[i - 1])))), False
 
 
 def linlog_interp(x: float, xs: Sequence[float], ys: Sequence[float]) -> tuple[float, bool]:
     """Interpolate y linearly against log(x) (for efficiency and range factors)."""
-    if x <= xs[0]:
-        return float(ys[0]), x < xs[0]
-    if x >= xs[-1]:
-        return float(ys[-1]), x > xs[-1]
-    for i in range(1, len(xs)):
-        if x <= xs[i]:
-            f = (math.log(x) - math.log(xs[i - 1])) / (math.log(xs[i]) - math.log(xs[i - 1]))
-            return float(ys[i - 1] + f * (ys[i] - ys[i - 1])), False
-    return float(ys[-1]), False
+    where = _locate(x, xs)
+    if where is None:
+        return _clamped(x, xs, ys)
+    i, f = where
+    return float(ys[i - 1] + f * (ys[i] - ys[i - 1])), False
