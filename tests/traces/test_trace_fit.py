@@ -7,7 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sim.traces.fit import drift_variance_kept, fit_drift, fit_params, write_params
+from sim.traces.fit import drift_variance_kept, fit_params, write_params
+from sim.traces.fit_drift import fit_drift
 from sim.traces.format import Trace
 from sim.traces.params import SynthDims, load_params, params_from_mapping
 from sim.traces.stats import K_MAX, POPULARITY_PERCENTS, trace_stats
