@@ -10,6 +10,7 @@ decode token as simpy processes, and summarises.
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,14 +56,7 @@ def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset:
     elif trace is not None:
         loaded = Trace.load(trace)
     else:
-        from sim.traces.params import SynthDims, preset_names
-        from sim.traces.synth import synth_trace
-
-        name = preset or model.name
-        if name not in preset_names():
-            raise SimError(f"no synthetic-trace preset {name!r}; presets: {', '.join(preset_names())} "
-                           "(or pass --trace FILE)", field="--preset")
-        loaded = synth_trace(name, SynthDims.from_model(model), n_tokens, seed)
+        loaded = _generated_trace(model, preset or model.name, n_tokens, seed)
     label = str(trace) if isinstance(trace, str | Path) else (
         f"in-memory trace of {loaded.meta.model}" if trace is not None else f"preset {preset or model.name}")
     check_trace_matches(loaded.meta, model, label)
@@ -70,6 +64,33 @@ def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset:
         raise SimError(f"trace has {loaded.meta.n_tokens} tokens; the run needs {n_tokens} "
                        "(profile plus warm-up plus decode tokens)", source=label, field="--decode-tokens")
     return loaded
+
+
+# Generated traces kept between runs (each as a ReplayTrace, so the chunks stay in memory
+# up to its byte limit): a sweep or a planner simulates many points on the same trace.
+GENERATED_TRACE_CACHE = 2
+_GENERATED: OrderedDict[tuple, Trace] = OrderedDict()
+
+
+def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -> Trace:
+    """The synthetic trace of preset ``name`` for this model's shape, generated once per process."""
+    from sim.traces.params import PRESET_DIR, SynthDims, preset_names
+    from sim.traces.synth import synth_trace
+
+    if name not in preset_names():
+        raise SimError(f"no synthetic-trace preset {name!r}; presets: {', '.join(preset_names())} "
+                       "(or pass --trace FILE)", field="--preset")
+    dims = SynthDims.from_model(model)
+    stat = (PRESET_DIR / f"{name}.yaml").stat()
+    key = (name, stat.st_mtime_ns, stat.st_size, dims, n_tokens, seed)
+    if key in _GENERATED:
+        _GENERATED.move_to_end(key)
+        return _GENERATED[key]
+    trace = replayable(synth_trace(name, dims, n_tokens, seed))
+    _GENERATED[key] = trace
+    while len(_GENERATED) > GENERATED_TRACE_CACHE:
+        _GENERATED.popitem(last=False)
+    return trace
 
 
 def simulate(device: str | Path | DeviceProfile = "oneplus-12",

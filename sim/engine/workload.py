@@ -139,8 +139,10 @@ class ReplayTrace(Trace):
 
 
 def replayable(trace: Trace) -> Trace:
-    """``trace`` itself when its chunks are in memory, else a :class:`ReplayTrace` of it."""
-    return trace if getattr(trace, "_chunks", None) is not None else ReplayTrace(trace)
+    """``trace`` itself when its chunks are in memory (or already kept), else a :class:`ReplayTrace`."""
+    if isinstance(trace, ReplayTrace) or getattr(trace, "_chunks", None) is not None:
+        return trace
+    return ReplayTrace(trace)
 
 
 def popularity(trace: Trace, start: int, stop: int) -> np.ndarray:
