@@ -1,9 +1,9 @@
 """LRU: evict the least recently used item.
 
-Hits move to the head of one recency list and misses are inserted there, so within a
-step all pinned items form a contiguous block at the head and the tail is always an
-evictable item (when one exists): a step is O(keys) with no scanning and no pin marks.
-The list nodes are rows of one array (:mod:`sim.cache._aos`) for memory locality.
+Hits and inserts become the most recent entry of a recency queue
+(:mod:`sim.cache._recency`), so within a step every pinned item (hit or inserted in it) is
+newer than any item not used in it and the oldest live entry is always evictable when
+one exists: a step is O(keys), with no scanning and no pin marks.
 """
 
 from __future__ import annotations
@@ -11,17 +11,19 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sim.cache._aos import HEAD, SIZE, new_nodes, node_pop_tail, node_push_head, node_unlink
-from sim.cache._lists import CAP, NONE, STEP, USED
+from sim.cache._lists import CAP, STEP, USED
+from sim.cache._recency import QHEAD, QTAIL, SIZE, ensure_room, new_queue, new_rows, oldest, touch
 from sim.cache.base import CachePolicy, register
 
 
 @njit(cache=True)
-def lru_kernel(node, scal, items, sizes, offsets, hit, evbuf, record):
+def lru_kernel(node, q, scal, items, sizes, offsets, hit, evbuf, record):
     n_ev = 0
     cap = scal[CAP]
+    used = scal[USED]
+    head = scal[QHEAD]
+    tail = scal[QTAIL]
     for s in range(offsets.shape[0] - 1):
-        scal[STEP] += 1
         lo = offsets[s]
         hi = offsets[s + 1]
         pinned = 0
@@ -30,9 +32,7 @@ def lru_kernel(node, scal, items, sizes, offsets, hit, evbuf, record):
             if node[x, SIZE] != 0:
                 hit[i] = True
                 pinned += node[x, SIZE]
-                if scal[HEAD] != x:
-                    node_unlink(node, scal, x)
-                    node_push_head(node, scal, x)
+                tail = touch(node, q, tail, x)
             else:
                 hit[i] = False
         for i in range(lo, hi):
@@ -42,17 +42,21 @@ def lru_kernel(node, scal, items, sizes, offsets, hit, evbuf, record):
             sz = sizes[i]
             if sz > cap - pinned:
                 continue  # bypass: cannot fit next to this step's pinned items
-            while scal[USED] + sz > cap:
-                v = node_pop_tail(node, scal)  # never pinned: pinned items sit in a block at the head
-                scal[USED] -= node[v, SIZE]
+            while used + sz > cap:
+                v, head = oldest(node, q, head, tail)  # never pinned: pinned items are the newest
+                used -= node[v, SIZE]
                 node[v, SIZE] = 0
                 if record:
                     evbuf[n_ev] = v
                 n_ev += 1
-            node_push_head(node, scal, x)
             node[x, SIZE] = sz
+            tail = touch(node, q, tail, x)
             pinned += sz
-            scal[USED] += sz
+            used += sz
+    scal[STEP] += offsets.shape[0] - 1
+    scal[USED] = used
+    scal[QHEAD] = head
+    scal[QTAIL] = tail
     return n_ev
 
 
@@ -64,12 +68,13 @@ class LRU(CachePolicy):
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
         super().__init__(capacity_bytes, n_items, item_bytes)
-        self._node = new_nodes(self.n_items)
-        self._scal[HEAD] = NONE
-        self._scal[HEAD + 1] = NONE
+        self._node = new_rows(self.n_items)
+        min_bytes = int(self.item_bytes.min()) if self.n_items else 1
+        self._queue = new_queue(self.n_items, self.capacity_bytes, min_bytes)
 
     def resident_mask(self) -> np.ndarray:
         return self._node[:, SIZE] != 0  # a resident item has a size, an absent one 0
 
     def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):
-        return lru_kernel(self._node, self._scal, items, sizes, offsets, hit, evbuf, record)
+        self._queue = ensure_room(self._node, self._queue, self._scal, items.shape[0])
+        return lru_kernel(self._node, self._queue, self._scal, items, sizes, offsets, hit, evbuf, record)

@@ -17,29 +17,32 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sim.cache._aos import AOS_FREE, HEAD, SIZE, TAIL, new_nodes, node_pop_tail, node_push_head, node_unlink
 from sim.cache._lists import CAP, NONE, STEP, USED
+from sim.cache._recency import LAST, QHEAD, QTAIL, RECENCY_FREE, SIZE, ensure_room, new_queue, new_rows, oldest, touch
 from sim.cache.base import CachePolicy, register
 from sim.errors import SimError
 
-WINDOW = AOS_FREE
-LAST = 3  # node column: token of the last use
+WINDOW = RECENCY_FREE
 
 
 @njit(cache=True)
-def window_kernel(node, scal, items, sizes, offsets, tokens, hit, evbuf, record):
+def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, record):
     n_ev = 0
     cap = scal[CAP]
     k = scal[WINDOW]
+    used = scal[USED]
+    head = scal[QHEAD]
+    tail = scal[QTAIL]
     for s in range(offsets.shape[0] - 1):
-        scal[STEP] += 1
         lo = offsets[s]
         hi = offsets[s + 1]
         t = tokens[s]
-        # Expire: the list is in recency order, so expired items are a suffix at the tail.
-        while scal[TAIL] != NONE and node[scal[TAIL], LAST] < t - k:
-            v = node_pop_tail(node, scal)
-            scal[USED] -= node[v, SIZE]
+        # Expire: the queue is in recency order, so expired items are its oldest entries.
+        while True:
+            v, head = oldest(node, q, head, tail)
+            if v == NONE or node[v, LAST] >= t - k:
+                break
+            used -= node[v, SIZE]
             node[v, SIZE] = 0
             if record:
                 evbuf[n_ev] = v
@@ -51,9 +54,7 @@ def window_kernel(node, scal, items, sizes, offsets, tokens, hit, evbuf, record)
                 hit[i] = True
                 pinned += node[x, SIZE]
                 node[x, LAST] = t
-                if scal[HEAD] != x:
-                    node_unlink(node, scal, x)
-                    node_push_head(node, scal, x)
+                tail = touch(node, q, tail, x)
             else:
                 hit[i] = False
         for i in range(lo, hi):
@@ -63,18 +64,22 @@ def window_kernel(node, scal, items, sizes, offsets, tokens, hit, evbuf, record)
             sz = sizes[i]
             if sz > cap - pinned:
                 continue
-            while scal[USED] + sz > cap:
-                v = node_pop_tail(node, scal)
-                scal[USED] -= node[v, SIZE]
+            while used + sz > cap:
+                v, head = oldest(node, q, head, tail)
+                used -= node[v, SIZE]
                 node[v, SIZE] = 0
                 if record:
                     evbuf[n_ev] = v
                 n_ev += 1
-            node_push_head(node, scal, x)
             node[x, SIZE] = sz
             node[x, LAST] = t
+            tail = touch(node, q, tail, x)
             pinned += sz
-            scal[USED] += sz
+            used += sz
+    scal[STEP] += offsets.shape[0] - 1
+    scal[USED] = used
+    scal[QHEAD] = head
+    scal[QTAIL] = tail
     return n_ev
 
 
@@ -91,9 +96,9 @@ class Window(CachePolicy):
             raise SimError(f"must be an integer >= 1, got {window_tokens!r}", field="window_tokens")
         self.window_tokens = int(window_tokens)
         self._scal[WINDOW] = self.window_tokens
-        self._scal[HEAD] = NONE
-        self._scal[TAIL] = NONE
-        self._node = new_nodes(self.n_items, 4)
+        self._node = new_rows(self.n_items, 3)
+        min_bytes = int(self.item_bytes.min()) if self.n_items else 1
+        self._queue = new_queue(self.n_items, self.capacity_bytes, min_bytes)
 
     def advance(self, token: int) -> np.ndarray:
         """Start ``token``: drop the items last used before ``token - window_tokens``;
@@ -105,4 +110,5 @@ class Window(CachePolicy):
         return self._node[:, SIZE] != 0  # a resident item has a size, an absent one 0
 
     def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):
-        return window_kernel(self._node, self._scal, items, sizes, offsets, tokens, hit, evbuf, record)
+        self._queue = ensure_room(self._node, self._queue, self._scal, items.shape[0])
+        return window_kernel(self._node, self._queue, self._scal, items, sizes, offsets, tokens, hit, evbuf, record)

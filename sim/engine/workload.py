@@ -118,6 +118,7 @@ class ReplayTrace(Trace):
         self._kept_bytes = 0
         self._caching = True
         self._complete = False  # the source has been read to its end
+        self.profiles: dict[tuple[int, int], np.ndarray] = {}  # see popularity()
 
     def chunks(self) -> Iterator[TraceChunk]:
         n_kept = len(self._kept)
@@ -146,7 +147,22 @@ def replayable(trace: Trace) -> Trace:
 
 
 def popularity(trace: Trace, start: int, stop: int) -> np.ndarray:
-    """Activation count per flat key over tokens [start, stop) (the offline profile)."""
+    """Activation count per flat key over tokens [start, stop) (the offline profile).
+
+    A kept trace (:class:`ReplayTrace`) remembers its profiles, read-only: the runs of a
+    sweep share one trace and so one profile.
+    """
+    if isinstance(trace, ReplayTrace):
+        key = (start, stop)
+        if key not in trace.profiles:
+            counts = _count_activations(trace, start, stop)
+            counts.flags.writeable = False
+            trace.profiles[key] = counts
+        return trace.profiles[key]
+    return _count_activations(trace, start, stop)
+
+
+def _count_activations(trace: Trace, start: int, stop: int) -> np.ndarray:
     meta = trace.meta
     n_keys = meta.n_layers * meta.n_experts * meta.n_neurons
     counts = np.zeros(n_keys, dtype=np.int64)

@@ -28,6 +28,7 @@ class FlashModel:
 
     device: DeviceProfile
     extrapolated: set[str] = field(default_factory=set)
+    _parallel_memo: dict[tuple, float] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         st = self.device.storage
@@ -87,6 +88,14 @@ class FlashModel:
         """
         if not threads:
             raise ValueError("a parallel read needs at least one issuing thread")
+        key = (block_bytes, tuple(c.name for c in threads), sequential, span_bytes, blocking, other_issuers)
+        if key not in self._parallel_memo:  # asked for every batch; the combinations are few
+            self._parallel_memo[key] = self._parallel_throughput(block_bytes, threads, sequential, span_bytes,
+                                                                 blocking, other_issuers)
+        return self._parallel_memo[key]
+
+    def _parallel_throughput(self, block_bytes: int, threads: Sequence[CpuCluster], sequential: bool,
+                             span_bytes: int | None, blocking: bool, other_issuers: int) -> float:
         device = self.device_gbps(block_bytes, sequential, span_bytes)
         used = _cores_used(threads)
         issuing = sum(n for _, n in used)

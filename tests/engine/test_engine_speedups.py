@@ -41,6 +41,8 @@ CONFIGS = {
         None, h.TINY_DENSE, "powerinfer2",
         {"offload": 0.6, "knobs": {"prefill_on_npu": False, "npu_activation_share": 0}}),
     "dense": (None, h.TINY_DENSE, "dense", {}),
+    "llm-in-flash (32 parallel readers)": (None, h.TINY_MOE, "llm-in-flash", {"offload": 0.5}),
+    "llamacpp (faulting compute threads)": (None, h.TINY_MOE, "llamacpp", {"offload": 0.5}),
 }
 
 
@@ -176,3 +178,42 @@ def test_replay_reads_the_source_once_when_it_fits(limit):
     np.testing.assert_array_equal(first, popularity(source.source, 0, 14))
     assert tokens == list(range(14))
     assert source.passes == (1 if limit else 2)
+
+
+# -- the compiled FFN phase ---------------------------------------------------------------------
+
+COMPILED_CONFIGS = {
+    "default split, 50% offloaded": (h.TINY_MOE, {"offload": 0.5}),
+    "heavy misses, small clusters queue for the I/O thread and the cores": (
+        h.TINY_MOE, {"offload": 0.9, "knobs": {"cluster_neurons": 8}}),
+    "no NPU, dense model, big and mid cores": (
+        h.TINY_DENSE, {"offload": 0.6, "knobs": {"npu_activation_share": 0, "compute_cores": ["big", "mid"]}}),
+    "one read per neuron (no gate split), all in DRAM": (
+        h.TINY_MOE, {"offload": 0.0, "knobs": {"split_gate_read": False, "cluster_neurons": 4}}),
+    "no gate split, offloaded": (h.TINY_DENSE, {"offload": 0.7, "knobs": {"split_gate_read": False}}),
+}
+
+
+@pytest.mark.parametrize("config", sorted(COMPILED_CONFIGS))
+def test_compiled_ffn_phase_matches_per_cluster_processes(config, monkeypatch):
+    """One compiled call per layer gives the schedule of the per-cluster simpy processes."""
+    raw, kw = COMPILED_CONFIGS[config]
+    m = h.model(raw)
+
+    def run_once():
+        return simulate(h.device(), m, "powerinfer2", trace=h.trace(m, 24), decode_tokens=16, prompt_tokens=8,
+                        warmup_tokens=4, **kw)
+
+    compiled = run_once()
+    monkeypatch.setattr(Machine, "compiled_phases", False)
+    reference = run_once()
+    assert compiled.summary["flash_bytes_per_token"] > 0 or kw["offload"] == 0.0
+    # Busy times are summed in another order (per phase rather than per job): equal to rounding.
+    pd.testing.assert_frame_equal(compiled.tokens, reference.tokens, check_exact=False, rtol=1e-9, atol=1e-15)
+    a, b = h.summary_without_wall(compiled.summary), h.summary_without_wall(reference.summary)
+    assert a.keys() == b.keys()
+    for key in a:
+        if isinstance(a[key], float | dict):
+            assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-15), key
+        else:
+            assert a[key] == b[key], key

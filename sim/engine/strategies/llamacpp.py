@@ -67,17 +67,26 @@ class FileLayout:
             self.attention.append(segment(attn_bytes))
             self.experts.append([segment(expert_bytes) for _ in range(model.n_experts)])
         self.lm_head = embeddings if model.tied_embeddings else segment(vocab_bytes)
+        self._union: dict[tuple[int, tuple[int, ...]], np.ndarray] = {}
         self.n_keys = -(-offset // chunk_bytes)
         self.file_bytes = offset
 
     def layer_experts(self, layer: int, experts: np.ndarray) -> np.ndarray:
         """Chunks of the chosen experts (neighbours may share a boundary chunk)."""
-        parts = [self.experts[layer][int(e)] for e in np.sort(experts)]
-        keys = np.concatenate(parts)
-        return np.unique(keys) if len(parts) > 1 else keys
+        chosen = tuple(sorted(int(e) for e in experts))
+        key = (layer, chosen)
+        keys = self._union.get(key)
+        if keys is None:  # a layer has few expert combinations: each union is computed once
+            parts = [self.experts[layer][e] for e in chosen]
+            keys = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+            self._union[key] = keys
+        return keys
 
     def whole_layer(self, layer: int) -> np.ndarray:
-        return np.unique(np.concatenate([self.attention[layer], *self.experts[layer]]))
+        key = (layer, ())
+        if key not in self._union:
+            self._union[key] = np.unique(np.concatenate([self.attention[layer], *self.experts[layer]]))
+        return self._union[key]
 
 
 @register

@@ -21,11 +21,12 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from sim.engine.cluster_schedule import schedule_ffn_phase
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
 from sim.engine.workload import LayerWork
-from sim.hw.processors import accel_kernel_time_s
+from sim.hw.processors import QUANTISED, accel_kernel_time_s
 
 
 class PowerInfer2Knobs(Knobs):
@@ -62,12 +63,18 @@ class PowerInfer2(Strategy):
         self.ud_block = bundle.up_down_flash_bytes if gated else 0
         # Random reads land within the chosen experts' slice of the flash image.
         self.span_bytes = ctx.model.top_k * ctx.model.ffn_dim * bundle.flash_bytes
+        self._threads: tuple[np.ndarray, np.ndarray, float, float] | None = None
+        self._gbps: dict[int, float] = {}
 
     def _npu_set(self) -> tuple[np.ndarray, np.ndarray]:
         """Per (layer, expert): hot neurons covering the NPU's share of activations."""
         meta, pop = self.ctx.meta, self.ctx.popularity
         per = pop.reshape(meta.n_layers * meta.n_experts, meta.n_neurons)
-        order = np.argsort(-per, axis=1, kind="stable")
+        top = int(per.max(initial=0))
+        # Most popular first, ties by index; counts are small, so a 16-bit key lets numpy
+        # use its linear-time radix sort.
+        key = (top - per).astype(np.uint16) if top < 1 << 16 else -per
+        order = np.argsort(key, axis=1, kind="stable")
         sorted_counts = np.take_along_axis(per, order, axis=1)
         totals = sorted_counts.sum(axis=1, keepdims=True)
         cum = np.cumsum(sorted_counts, axis=1)
@@ -81,8 +88,8 @@ class PowerInfer2(Strategy):
         return is_npu, counts
 
     # -- per-layer plan (shared by DES and analytic) ---------------------------------------
-    def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[float, list[tuple[int, int, int, int]]]:
-        """(NPU neurons, clusters as (neurons, fired, gate misses, up/down misses))."""
+    def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[float, tuple[np.ndarray, ...]]:
+        """(NPU neurons, clusters as arrays of neurons, fired, gate misses, up/down misses)."""
         predicted = work.predicted
         n_npu = 0.0
         if self.use_npu:
@@ -96,13 +103,13 @@ class PowerInfer2(Strategy):
         stats.requests += int(predicted.size)
         stats.hits += int(predicted.size - cpu_keys.size) + step.hits
         stats.misses += int(cpu_keys.size) - step.hits
-        return n_npu, cluster_counts(resident, _fired(cpu_keys, work, self._scratch), self.k.cluster_neurons)
+        return n_npu, cluster_arrays(resident, _fired(cpu_keys, work, self._scratch), self.k.cluster_neurons)
 
-    def _cluster_reads(self, gate_miss: int, ud_miss: int) -> tuple[int, int]:
-        """(gate-read requests, up/down-read requests) for a cluster's missing neurons."""
+    def _cluster_reads(self, gate_miss, ud_miss):  # ints or arrays of them
+        """(gate-read requests, up/down-read requests) for clusters' missing neurons."""
         if self.ud_block:
             return gate_miss, ud_miss
-        return gate_miss, 0
+        return gate_miss, 0 * gate_miss
 
     # -- decode --------------------------------------------------------------------------
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
@@ -115,20 +122,96 @@ class PowerInfer2(Strategy):
             yield from m.cpu_parallel("predictor", *_wo(costs.predictor()), self.ctx.model.predictor.dtype)
             t2 = env.now
             n_npu, clusters = self._layer_plan(work, t, stats)
-            procs = []
-            if n_npu:
-                npu_work = costs.neurons(n_npu)
-                procs.append(env.process(m.accel_job("npu", "ffn-hot", npu_work.weight_bytes, npu_work.ops, dtype)))
-            for n, n_fired, gate_miss, ud_miss in clusters:
-                procs.append(env.process(self._cluster(n, n_fired, gate_miss, ud_miss, stats)))
-            if procs:
-                yield env.all_of(procs)
+            if self._compiled_phase():
+                yield from self._ffn_phase(n_npu, clusters, stats)
+            else:
+                procs = []
+                if n_npu:
+                    npu_work = costs.neurons(n_npu)
+                    procs.append(env.process(m.accel_job("npu", "ffn-hot", npu_work.weight_bytes, npu_work.ops,
+                                                         dtype)))
+                for n, n_fired, gate_miss, ud_miss in zip(*(a.tolist() for a in clusters), strict=True):
+                    procs.append(env.process(self._cluster(n, n_fired, gate_miss, ud_miss, stats)))
+                if procs:
+                    yield env.all_of(procs)
             stats.add_phase("attention_s", t1 - t0)
             stats.add_phase("predictor_s", t2 - t1)
             stats.add_phase("ffn_s", env.now - t2)
         t3 = env.now
         yield from m.cpu_parallel("lm_head", *_wo(costs.lm_head()), dtype)
         stats.add_phase("lm_head_s", env.now - t3)
+
+    def _compiled_phase(self) -> bool:
+        """Whether the FFN phase can be scheduled in one call (:mod:`sim.engine.cluster_schedule`).
+
+        It covers PowerInfer-2's own configuration, one I/O thread on a single-queue
+        device; timelines (which record every cluster) and other set-ups run the
+        per-cluster simpy processes.
+        """
+        m = self.ctx.machine
+        return (m.compiled_phases and not m.record_spans and len(m.io_threads) == 1
+                and m.storage.capacity == 1)
+
+    def _ffn_phase(self, n_npu: float, clusters: tuple[np.ndarray, ...], stats: TokenStats) -> Event:
+        """The layer's FFN phase as one simpy event: NPU job and CPU clusters, scheduled at once."""
+        m, costs, dtype, model = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.model
+        env = m.env
+        now = env.now
+        npu_end = now
+        if n_npu:  # started first, while no CPU job runs (as the per-cluster processes do)
+            w = costs.neurons(n_npu)
+            d = m.accel_time_s("npu", w.weight_bytes, w.ops, dtype, frozenset({"npu"}))
+            npu_end = now + d
+            m.usage.busy_s["npu"] += d
+            m.usage.dram_bytes += w.weight_bytes
+        n, fired, gate_miss, ud_miss = clusters
+        gate_reads, ud_reads = self._cluster_reads(gate_miss, ud_miss)
+        gate_w = costs.neurons(n, 1)
+        ud_w = costs.neurons(fired, model.ffn_matrices - 1)
+        job_bytes = np.stack((np.asarray(gate_w.weight_bytes, dtype=float), np.asarray(ud_w.weight_bytes, float)), 1)
+        job_ops = np.stack((np.asarray(gate_w.ops, dtype=float), np.asarray(ud_w.ops, dtype=float)), 1)
+        has_ud = fired > 0
+        rate, mem, alone, with_npu = self._thread_table()
+        busy = np.zeros(rate.shape[0])
+        io_busy = np.zeros(1)
+        n_gate, n_ud = int(gate_reads.sum()), int(ud_reads.sum())
+        gate_gbps = self._read_gbps(self.gate_block) if n_gate else 1.0
+        ud_gbps = self._read_gbps(self.ud_block) if n_ud else 1.0
+        end = schedule_ffn_phase(now, gate_reads, ud_reads, job_bytes, job_ops, has_ud, rate, mem, alone, with_npu,
+                                 npu_end, m.flash.latency_s, float(self.gate_block), gate_gbps,
+                                 float(self.ud_block), ud_gbps, busy, io_busy)
+        for th, seconds in zip(m.threads_by_speed, busy.tolist(), strict=True):
+            if seconds:
+                m.usage.busy_s[th.name] += seconds
+        m.usage.dram_bytes += float(job_bytes[:, 0].sum() + job_bytes[has_ud, 1].sum())
+        if n_gate or n_ud:
+            flash = n_gate * self.gate_block + n_ud * self.ud_block
+            stats.flash_bytes += flash
+            m.usage.flash_bytes += flash
+            m.usage.flash_requests += n_gate + n_ud
+            m.usage.busy_s["storage"] += float(io_busy[0])
+            m.usage.busy_s[m.io_threads[0].name] += float(io_busy[0])
+        yield env.timeout(end - now)
+
+    def _thread_table(self) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """Per compute thread (fastest first) its rate and reach; the CPU's DRAM figure
+        alone and next to the NPU."""
+        if self._threads is None:
+            m = self.ctx.machine
+            quantised = self.ctx.dtype in QUANTISED
+            rate = np.array([th.core.int8_gops if quantised else th.core.fp32_gflops for th in m.threads_by_speed])
+            mem = np.array([th.core.mem_gbps for th in m.threads_by_speed])
+            alone = m.dram.agent_gbps("cpu", frozenset({"cpu"}))
+            with_npu = m.dram.agent_gbps("cpu", frozenset({"cpu", "npu"})) if self.use_npu else alone
+            self._threads = (rate, mem, alone, with_npu)
+        return self._threads
+
+    def _read_gbps(self, block: int) -> float:
+        """The I/O thread's throughput for this strategy's random reads of ``block`` bytes."""
+        if block not in self._gbps:
+            m = self.ctx.machine
+            self._gbps[block] = m.flash.throughput_gbps(block, m.io_threads[0].core, span_bytes=self.span_bytes)
+        return self._gbps[block]
 
     def _cluster(self, n: int, n_fired: int, gate_miss: int, ud_miss: int, stats: TokenStats) -> Event:
         m, costs, dtype = self.ctx.machine, self.ctx.costs, self.ctx.dtype
@@ -193,7 +276,8 @@ class PowerInfer2(Strategy):
         for work in layers:
             attn = parallel(costs.attention(context_tokens) + costs.router(), dtype)
             pred = parallel(costs.predictor(), ctx.model.predictor.dtype)
-            n_npu, clusters = self._layer_plan(work, 0, stats)
+            n_npu, cluster_arr = self._layer_plan(work, 0, stats)
+            clusters = list(zip(*(a.tolist() for a in cluster_arr), strict=True))
             both = agents | ({"npu"} if n_npu else set())
             neurons = sum(c[0] for c in clusters)
             fired = sum(c[1] for c in clusters)
@@ -232,9 +316,14 @@ def cluster_counts(resident: np.ndarray, fired: np.ndarray, cluster: int) -> lis
     """Split neurons into clusters of ``cluster``, resident ones first (in their order).
 
     Resident neurons go first so compute starts while the I/O thread fetches the rest.
-    Returns per cluster (neurons, fired, gate misses, up/down misses), computed with
-    prefix sums instead of a Python loop over slices.
+    Returns per cluster (neurons, fired, gate misses, up/down misses).
     """
+    return list(zip(*(a.tolist() for a in cluster_arrays(resident, fired, cluster)), strict=True))
+
+
+def cluster_arrays(resident: np.ndarray, fired: np.ndarray,
+                   cluster: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`cluster_counts` as four arrays, computed with prefix sums instead of a loop."""
     n = int(resident.size)
     hits = int(np.count_nonzero(resident))
     fired_sorted = np.concatenate((fired[resident], fired[~resident]))
@@ -243,8 +332,7 @@ def cluster_counts(resident: np.ndarray, fired: np.ndarray, cluster: int) -> lis
     starts = np.arange(0, n, cluster, dtype=np.int64)
     ends = np.minimum(starts + cluster, n)
     first_miss = np.minimum(np.maximum(starts, hits), ends)
-    return list(zip((ends - starts).tolist(), (cum[ends] - cum[starts]).tolist(), (ends - first_miss).tolist(),
-                    (cum[ends] - cum[first_miss]).tolist(), strict=True))
+    return ends - starts, cum[ends] - cum[starts], ends - first_miss, cum[ends] - cum[first_miss]
 
 
 def _wo(w: Work) -> tuple[float, float]:
