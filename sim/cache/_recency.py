@@ -10,9 +10,13 @@ hit then writes one row plus one sequential slot, which on a Mixtral-sized trace
 (3.7 M items) replays about 3.5x faster than the linked list, with identical hits
 (``tests/cache`` checks against libcachesim).
 
-Rows ``node[x] = (size, pos, last token)``; a size of 0 means "not resident". The ring's
-front and back positions are saved in the kernel's scalar array between blocks. Before each block the caller
-makes room with :func:`ensure_room` (one queue slot per request at most).
+Rows ``node[x] = (size, slot, last token)``; a size of 0 means "not resident". A row
+keeps the ring slot of the item's latest entry rather than its absolute position: every
+entry examined lies within one lap of the ring, so slot equality identifies it, and the
+rows and the ring fit in ``int32`` (half the memory traffic of ``int64``). The ring's
+front and back positions are saved in the kernel's scalar array between blocks. Before
+each block the caller makes room with :func:`ensure_room` (one queue slot per request at
+most).
 """
 
 from __future__ import annotations
@@ -28,17 +32,18 @@ QTAIL = FIRST_FREE + 1  # absolute position of the next entry
 RECENCY_FREE = FIRST_FREE + 2  # first scalar slot free for the policy
 
 
-def new_rows(n_items: int, columns: int = 2) -> np.ndarray:
-    rows = np.zeros((n_items, columns), dtype=np.int64)
+def new_rows(n_items: int, columns: int = 2, max_item_bytes: int = 1) -> np.ndarray:
+    dtype = np.int32 if max_item_bytes < 2**31 and n_items < 2**31 else np.int64
+    rows = np.zeros((n_items, columns), dtype=dtype)
     rows[:, POS] = NONE
     return rows
 
 
 def new_queue(n_items: int, capacity_bytes: int, min_item_bytes: int) -> np.ndarray:
-    """A ring of four times the most items that can be resident (grows if needed): each
-    compaction then frees at least three quarters of it, so it runs rarely."""
+    """A ring of two to four times the most items that can be resident (grows if needed):
+    each compaction then frees at least half of it, so it runs rarely."""
     resident = min(n_items, capacity_bytes // max(1, min_item_bytes))
-    return np.zeros(_pow2(4 * resident + 1024), dtype=np.int64)
+    return np.zeros(_pow2(2 * resident + 1024), dtype=np.int32 if n_items < 2**31 else np.int64)
 
 
 def _pow2(n: int) -> int:
@@ -51,8 +56,9 @@ def touch(node, q, tail, x):
     """Item ``x`` was just used (hit or inserted): it becomes the most recent entry.
     Returns the new back position (kernels keep the ring's ends in locals, not in the
     scalar array, so the compiler can hold them in registers)."""
-    q[tail & (q.shape[0] - 1)] = x
-    node[x, POS] = tail
+    slot = tail & (q.shape[0] - 1)
+    q[slot] = x
+    node[x, POS] = slot
     return tail + 1
 
 
@@ -61,8 +67,9 @@ def oldest(node, q, head, tail):
     """(least recently used resident item or NONE, new front position), skipping dead entries."""
     mask = q.shape[0] - 1
     while head < tail:
-        v = q[head & mask]
-        if node[v, POS] == head and node[v, SIZE] != 0:
+        slot = head & mask
+        v = q[slot]
+        if node[v, POS] == slot and node[v, SIZE] != 0:
             return v, head
         head += 1
     return NONE, head
@@ -77,9 +84,9 @@ def _compact(node, q, scal):
     w = head
     for r in range(head, tail):
         v = q[r & mask]
-        if node[v, POS] == r and node[v, SIZE] != 0:
+        if node[v, POS] == (r & mask) and node[v, SIZE] != 0:
             q[w & mask] = v
-            node[v, POS] = w
+            node[v, POS] = w & mask
             w += 1
     scal[QTAIL] = w
     return w - head
@@ -93,9 +100,9 @@ def ensure_room(node: np.ndarray, q: np.ndarray, scal: np.ndarray, n_new: int) -
     if live + n_new <= q.shape[0]:
         return q
     head = int(scal[QHEAD])
-    grown = np.zeros(_pow2(2 * (live + n_new) + 1024), dtype=np.int64)
+    grown = np.zeros(_pow2(2 * (live + n_new) + 1024), dtype=q.dtype)
     grown[:live] = q[(head + np.arange(live)) % q.shape[0]]
-    # Re-base positions so entry i of the new ring sits at absolute position i.
+    # Re-base positions so entry i of the new ring sits at absolute position (and slot) i.
     node[grown[:live], POS] = np.arange(live)
     scal[QHEAD] = 0
     scal[QTAIL] = live

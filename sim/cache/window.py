@@ -96,7 +96,7 @@ class Window(CachePolicy):
             raise SimError(f"must be an integer >= 1, got {window_tokens!r}", field="window_tokens")
         self.window_tokens = int(window_tokens)
         self._scal[WINDOW] = self.window_tokens
-        self._node = new_rows(self.n_items, 3)
+        self._node = new_rows(self.n_items, 3, max_item_bytes=int(self.item_bytes.max(initial=1)))
         min_bytes = int(self.item_bytes.min()) if self.n_items else 1
         self._queue = new_queue(self.n_items, self.capacity_bytes, min_bytes)
 
