@@ -1,0 +1,63 @@
+"""The published points the simulator reproduces, held at their tolerance.
+
+Runs the whole table of ``sim/data/validation/published.yaml`` once (as ``sim validate
+--decode-tokens 128`` does, about 25 s) and requires every point in ``HELD`` to be within
+its tolerance. The points not held are listed in ``KNOWN_OFF`` with what is known about
+why; a point that comes within tolerance there is reported so it can move to ``HELD``.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+from sim import validation
+
+HELD = {
+    # [PI2] Fig. 10, §7.2.1 and §7.3: TurboSparse-Mixtral-47B on the OnePlus 12
+    "pi2-mixtral-19gb", "pi2-mixtral-offload50", "pi2-mixtral-miss-mean", "pi2-mixtral-miss-p99",
+    # [PI2] §7 memory breakdown at a 7 GB budget
+    "pi2-mixtral-7gb-mem-nonffn", "pi2-mixtral-7gb-mem-predictors", "pi2-mixtral-7gb-mem-scales",
+    "pi2-mixtral-7gb-mem-cache",
+    # [PI2] Table 2: Mistral-7B in memory with the LLM-in-a-Flash strategy
+    "flash-mistral-inmem",
+    # [FLASH] Tables 2-3: the OPT-6.7B I/O ladder on the M1 Max
+    "flash-opt-io-naive", "flash-opt-io-hybrid", "flash-opt-io-predictor", "flash-opt-io-window",
+    "flash-opt-io-bundling", "flash-opt-io-all",
+    # [PI2] §2.3 calibration inputs, reproduced by the runs they calibrate
+    "pi2-prefill-npu-7b", "pi2-prefill-cpu-7b",
+}
+
+KNOWN_OFF = {
+    "pi2-mixtral-7gb": "0.73 vs 2.13: ~1.2 GB/token of 4 KiB reads; 2.13 tokens/s at ~1 GB/s needs <= 0.5 GB/token, "
+                       "i.e. a 0.4 GB cache hitting ~50% of requests; the preset's skew gives 4%",
+    "pi2-ts-mistral-inmem": "CPU-bound; +16% since the CPU was calibrated on the six-core prefill",
+    "pi2-ts-mistral-offload50": "7B presets reuse Mixtral's locality statistics (assumed)",
+    "pi2-bamboo-offload50": "7B presets reuse Mixtral's locality statistics (assumed)",
+    "flash-bamboo-offload50": "the window keeps almost every neuron resident at 50%: too few reads",
+    "flash-mistral-offload50": "dense-activation Mistral-7B preset reads far more than [PI2] Table 2 implies",
+    "llamacpp-ts-mistral-inmem": "llama.cpp's dense CPU decode efficiency is not calibrated separately",
+    "llamacpp-ts-mistral-offload50": "page-cache read-ahead behaviour of Android not calibrated",
+    "flash-opt-total": "[FLASH] compute 506 ms/token is a PyTorch-on-CPU figure; the roofline gives 37 ms",
+    "flash-opt-total-naive": "as flash-opt-total",
+    "flash-opt-compute": "as flash-opt-total",
+    "flash-opt-memory-management": "copy costs at DRAM speed give 4 ms; [FLASH] reports 58 ms",
+}
+
+
+def test_held_points_are_within_tolerance_and_every_point_is_accounted_for():
+    """One test, so the table runs once even when the suite is spread over workers."""
+    table = validation.validate(decode_tokens=128, on_error="raise").set_index("id")
+    runnable = set(table.index[table["modelled"].ne(False)]) if "modelled" in table else set(table.index)
+    assert HELD | set(KNOWN_OFF) == runnable
+    assert not HELD & set(KNOWN_OFF)
+    off = {}
+    for point in sorted(HELD):
+        row = table.loc[point]
+        assert not math.isnan(row["predicted"]), point
+        if not row["within_tolerance"]:
+            off[point] = f"{row['predicted']:.4g} vs {row['published']:.4g} ({row['error_pct']:+.1f}%)"
+    assert not off, off
+    improved = [p for p in KNOWN_OFF if table.loc[p, "within_tolerance"]]
+    if improved:
+        warnings.warn(f"now within tolerance, move to HELD: {improved}", stacklevel=1)
