@@ -76,6 +76,21 @@ class NeuronCache:
         order = candidates[np.argsort(popularity[candidates], kind="stable")]
         self.policy.step(order.astype(np.int64), token=-1, check=False)
 
+    def step_many(self, keys: np.ndarray, offsets: np.ndarray, token: int) -> np.ndarray:
+        """Serve several steps of one token at once (``keys[offsets[i]:offsets[i+1]]`` is step
+        i, e.g. one layer); returns per key whether it was resident. The policy sees the same
+        steps in the same order as from :meth:`step`, in one call instead of one per step."""
+        resident = self.is_hot[keys]
+        cold_mask = ~resident
+        cold = keys[cold_mask]
+        if cold.size:
+            before = np.zeros(keys.size + 1, dtype=np.int64)
+            np.cumsum(cold_mask, out=before[1:])
+            cold_offsets = before[offsets]
+            tokens = np.full(offsets.size - 1, token, dtype=np.int64)
+            resident[cold_mask] = self.policy.run(cold, cold_offsets, tokens=tokens).hit
+        return resident
+
     def step(self, keys: np.ndarray, token: int) -> CacheStep:
         """Serve one layer's requested keys; returns which were resident."""
         resident = self.is_hot[keys]  # fancy indexing: already a copy

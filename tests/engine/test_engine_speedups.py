@@ -16,9 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sim.engine.cluster_plan import split_clusters
 from sim.engine.machine import Machine
 from sim.engine.simulation import simulate
-from sim.engine.strategies.powerinfer2 import _fired, cluster_counts
+from sim.engine.strategies.powerinfer2 import _fired, cluster_arrays, cluster_counts
 from sim.engine.workload import LayerWork, ReplayTrace, iter_token_layers, popularity
 from sim.traces.format import Trace, TraceChunk, TraceMeta
 from sim.traces.params import SynthDims
@@ -178,6 +179,22 @@ def test_replay_reads_the_source_once_when_it_fits(limit):
     np.testing.assert_array_equal(first, popularity(source.source, 0, 14))
     assert tokens == list(range(14))
     assert source.passes == (1 if limit else 2)
+
+
+def test_split_clusters_of_a_token_match_the_per_layer_split():
+    rng = np.random.default_rng(3)
+    sizes = [0, 1, 7, 16, 33, 100]
+    resident = rng.random(sum(sizes)) < 0.6
+    fired = rng.random(sum(sizes)) < 0.5
+    offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    for cluster in (1, 4, 16, 512):
+        bounds, *arrays = split_clusters(resident, fired, offsets, cluster)
+        for layer in range(len(sizes)):
+            lo, hi = offsets[layer], offsets[layer + 1]
+            want = cluster_arrays(resident[lo:hi], fired[lo:hi], cluster)
+            got = [a[bounds[layer]:bounds[layer + 1]] for a in arrays]
+            for w, g in zip(want, got, strict=True):
+                np.testing.assert_array_equal(w, g)
 
 
 # -- the compiled FFN phase ---------------------------------------------------------------------

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from sim.engine.cluster_plan import split_clusters
 from sim.engine.cluster_schedule import schedule_ffn_phase
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
@@ -90,20 +91,37 @@ class PowerInfer2(Strategy):
     # -- per-layer plan (shared by DES and analytic) ---------------------------------------
     def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[float, tuple[np.ndarray, ...]]:
         """(NPU neurons, clusters as arrays of neurons, fired, gate misses, up/down misses)."""
-        predicted = work.predicted
-        n_npu = 0.0
+        return self._token_plan([work], t, stats)[0]
+
+    def _token_plan(self, layers: list[LayerWork], t: int,
+                    stats: TokenStats) -> list[tuple[float, tuple[np.ndarray, ...]]]:
+        """:meth:`_layer_plan` of every layer of a token, with one cache call for all of them.
+
+        Nothing else touches the cache between a token's layers, so serving the layers'
+        steps together gives the same hits as serving each when its FFN phase starts.
+        """
+        n = len(layers)
+        predicted = layers[0].predicted if n == 1 else np.concatenate([w.predicted for w in layers])
+        bounds = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([w.predicted.size for w in layers], out=bounds[1:])
+        n_npu = [0.0] * n
         if self.use_npu:
-            on_npu = self.is_npu[predicted]
-            cpu_keys = predicted[~on_npu]
-            n_npu = float(self.npu_count[work.layer, work.experts].sum())
+            on_cpu = ~self.is_npu[predicted]
+            cpu_keys = predicted[on_cpu]
+            before = np.zeros(predicted.size + 1, dtype=np.int64)
+            np.cumsum(on_cpu, out=before[1:])
+            offsets = before[bounds]
+            n_npu = [float(self.npu_count[w.layer, w.experts].sum()) for w in layers]
         else:
-            cpu_keys = predicted
-        step = self.cache.step(cpu_keys, token=t)
-        resident = step.resident
+            cpu_keys, offsets = predicted, bounds
+        resident = self.cache.step_many(cpu_keys, offsets, token=t)
+        fired = _fired_many(cpu_keys, layers, self._scratch)
+        hits = int(np.count_nonzero(resident))
         stats.requests += int(predicted.size)
-        stats.hits += int(predicted.size - cpu_keys.size) + step.hits
-        stats.misses += int(cpu_keys.size) - step.hits
-        return n_npu, cluster_arrays(resident, _fired(cpu_keys, work, self._scratch), self.k.cluster_neurons)
+        stats.hits += int(predicted.size - cpu_keys.size) + hits
+        stats.misses += int(cpu_keys.size) - hits
+        bounds, *arrays = split_clusters(resident, fired, offsets, self.k.cluster_neurons)
+        return [(n_npu[i], tuple(a[bounds[i]:bounds[i + 1]] for a in arrays)) for i in range(n)]
 
     def _cluster_reads(self, gate_miss, ud_miss):  # ints or arrays of them
         """(gate-read requests, up/down-read requests) for clusters' missing neurons."""
@@ -115,13 +133,13 @@ class PowerInfer2(Strategy):
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
         m, costs, env = self.ctx.machine, self.ctx.costs, self.ctx.machine.env
         dtype = self.ctx.dtype
-        for work in layers:
+        plans = self._token_plan(layers, t, stats)
+        for n_npu, clusters in plans:
             t0 = env.now
             yield from m.cpu_parallel("attention", *_wo(costs.attention(context_tokens) + costs.router()), dtype)
             t1 = env.now
             yield from m.cpu_parallel("predictor", *_wo(costs.predictor()), self.ctx.model.predictor.dtype)
             t2 = env.now
-            n_npu, clusters = self._layer_plan(work, t, stats)
             if self._compiled_phase():
                 yield from self._ffn_phase(n_npu, clusters, stats)
             else:
@@ -296,6 +314,20 @@ class PowerInfer2(Strategy):
                 stats.flash_bytes += g * self.gate_block + u * self.ud_block
             total += attn + pred + max(cpu_ffn, npu_ffn, io)
         return total + parallel(costs.lm_head(), dtype)
+
+
+def _fired_many(keys: np.ndarray, layers: list[LayerWork], scratch: np.ndarray) -> np.ndarray:
+    """:func:`_fired` for keys of several layers (layers' keys never overlap)."""
+    if len(layers) == 1:
+        return _fired(keys, layers[0], scratch)
+    if all(w.predicted is w.active for w in layers):
+        return np.ones(keys.size, dtype=bool)
+    for w in layers:
+        scratch[w.active] = True
+    fired = scratch[keys]
+    for w in layers:
+        scratch[w.active] = False
+    return fired
 
 
 def _fired(keys: np.ndarray, work: LayerWork, scratch: np.ndarray) -> np.ndarray:
