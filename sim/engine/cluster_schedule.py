@@ -57,25 +57,35 @@ def _water_share(total, demands, n):
     return 0.0
 
 
+@njit(cache=True, inline="always")
+def _earlier(times, seqs, a, b):
+    """Event ``a`` comes before event ``b``: earlier time, then earlier scheduling (simpy's rule)."""
+    return times[a] < times[b] or (times[a] == times[b] and seqs[a] < seqs[b])
+
+
+@njit(cache=True, inline="always")
+def _swap(times, seqs, kinds, ids, a, b):
+    times[a], times[b] = times[b], times[a]
+    seqs[a], seqs[b] = seqs[b], seqs[a]
+    kinds[a], kinds[b] = kinds[b], kinds[a]
+    ids[a], ids[b] = ids[b], ids[a]
+
+
 @njit(cache=True)
 def _push(times, seqs, kinds, ids, st, t, kind, ident):
-    """Schedule an event; ties in time keep scheduling order (simpy's rule)."""
+    """Schedule an event (a binary heap over four parallel arrays)."""
     i = st[_SIZE]
-    seq = st[_SEQ]
     st[_SIZE] = i + 1
-    st[_SEQ] = seq + 1
     times[i] = t
-    seqs[i] = seq
+    seqs[i] = st[_SEQ]
+    st[_SEQ] += 1
     kinds[i] = kind
     ids[i] = ident
     while i > 0:
         p = (i - 1) // 2
-        if times[p] < times[i] or (times[p] == times[i] and seqs[p] < seqs[i]):
+        if _earlier(times, seqs, p, i):
             break
-        times[p], times[i] = times[i], times[p]
-        seqs[p], seqs[i] = seqs[i], seqs[p]
-        kinds[p], kinds[i] = kinds[i], kinds[p]
-        ids[p], ids[i] = ids[i], ids[p]
+        _swap(times, seqs, kinds, ids, p, i)
         i = p
 
 
@@ -84,22 +94,17 @@ def _pop(times, seqs, kinds, ids, st):
     t, kind, ident = times[0], kinds[0], ids[0]
     size = st[_SIZE] - 1
     st[_SIZE] = size
-    times[0], seqs[0], kinds[0], ids[0] = times[size], seqs[size], kinds[size], ids[size]
+    _swap(times, seqs, kinds, ids, 0, size)
     i = 0
     while True:
-        left = 2 * i + 1
-        if left >= size:
+        c = 2 * i + 1
+        if c >= size:
             break
-        c = left
-        r = left + 1
-        if r < size and (times[r] < times[left] or (times[r] == times[left] and seqs[r] < seqs[left])):
-            c = r
-        if times[i] < times[c] or (times[i] == times[c] and seqs[i] < seqs[c]):
+        if c + 1 < size and _earlier(times, seqs, c + 1, c):
+            c += 1
+        if _earlier(times, seqs, i, c):
             break
-        times[c], times[i] = times[i], times[c]
-        seqs[c], seqs[i] = seqs[i], seqs[c]
-        kinds[c], kinds[i] = kinds[i], kinds[c]
-        ids[c], ids[i] = ids[i], ids[c]
+        _swap(times, seqs, kinds, ids, i, c)
         i = c
     return t, kind, ident
 

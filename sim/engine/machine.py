@@ -151,6 +151,19 @@ class Machine:
             return True
         return False
 
+    def _take_many(self, store: simpy.Store, n: int) -> Event:
+        """``n`` items of ``store`` in its hand-out order (fastest threads first): taken at once
+        when all are free and nothing else is due, else one by one as they come free."""
+        if len(store.items) >= n and not store.get_queue and self._quiet():
+            taken = store.items[:n]
+            del store.items[:n]
+            return taken
+        taken = []
+        for _ in range(n):
+            item = self._take(store)
+            taken.append(item if item is not None else (yield store.get()))
+        return taken
+
     def _acquire(self, res: simpy.Resource) -> Any:
         """A granted request on ``res`` without yielding, or None (then request and yield)."""
         if len(res.users) < res.capacity and not res.put_queue and self._quiet():
@@ -221,16 +234,8 @@ class Machine:
         All threads are idle at a phase boundary, so the phase is one event; each thread's
         busy time is still accounted separately.
         """
-        n = threads or len(self.threads)
         pool = self.free_threads
-        if len(pool.items) >= n and not pool.get_queue and self._quiet():
-            grabbed = pool.items[:n]  # the n fastest free threads, taken at once (see fast_paths)
-            del pool.items[:n]
-        else:
-            grabbed = []
-            for _ in range(n):
-                thread = self._take(pool)
-                grabbed.append(thread if thread is not None else (yield pool.get()))
+        grabbed = yield from self._take_many(pool, threads or len(self.threads))
         self.active_agents["cpu"] += 1
         agents = self._agents()
         # Threads take work in small chunks (as llama.cpp and PowerInfer do), so each gets a
@@ -321,14 +326,7 @@ class Machine:
         """
         n_threads = max(1, min(issuers, len(self.io_threads)))
         store = self.io_free
-        if len(store.items) >= n_threads and not store.get_queue and self._quiet():
-            grabbed = store.items[:n_threads]  # all free now: taken at once (see fast_paths)
-            del store.items[:n_threads]
-        else:
-            grabbed = []
-            for _ in range(n_threads):
-                thread = self._take(store)
-                grabbed.append(thread if thread is not None else (yield store.get()))
+        grabbed = yield from self._take_many(store, n_threads)
         cores = [th.core for th in grabbed]
         n_cores = self.flash.issuing_cores(cores)
         slot = self._acquire(self.storage)
