@@ -100,6 +100,9 @@ class CachePolicy(ABC):
         if self.n_items and sizes.min() < 1:
             raise SimError("every item must be at least 1 byte", field="item_bytes")
         self.item_bytes = sizes
+        # One size for every item (the usual neuron cache): requests' sizes are then a fill,
+        # not a gather from an n_items-long array (a random read per request).
+        self._one_size = int(sizes[0]) if self.n_items and np.all(sizes == sizes[0]) else None
         self._scal = np.zeros(32, dtype=np.int64)
         self._scal[CAP] = self.capacity_bytes
         if self.item_arrays:
@@ -141,7 +144,7 @@ class CachePolicy(ABC):
         if check:
             self._check_keys(keys)
         if sizes is None:
-            sizes = self.item_bytes[keys]
+            sizes = self._sizes_of(keys)
         else:
             sizes = np.ascontiguousarray(sizes, dtype=np.int64).reshape(-1)
             if sizes.shape != keys.shape or (sizes.size and sizes.min() < 1):
@@ -168,7 +171,7 @@ class CachePolicy(ABC):
         items = np.ascontiguousarray(items, dtype=np.int64)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         n_steps = offsets.shape[0] - 1
-        sizes = self.item_bytes[items] if sizes is None else np.ascontiguousarray(sizes, dtype=np.int64)
+        sizes = self._sizes_of(items) if sizes is None else np.ascontiguousarray(sizes, dtype=np.int64)
         if tokens is None:
             tokens = np.arange(self._auto_token, self._auto_token + n_steps, dtype=np.int64)
             self._auto_token += n_steps
@@ -201,6 +204,11 @@ class CachePolicy(ABC):
              next_use: np.ndarray, hit: np.ndarray, evbuf: np.ndarray, record: bool) -> int:
         """Run the kernel; fill ``hit``; write evicted keys to ``evbuf`` if ``record``;
         return the number of evictions. (Composite policies override ``_run_block``.)"""
+
+    def _sizes_of(self, keys: np.ndarray) -> np.ndarray:
+        if self._one_size is not None:
+            return np.full(keys.shape[0], self._one_size, dtype=np.int64)
+        return self.item_bytes[keys]
 
     def _check_keys(self, keys: np.ndarray) -> None:
         if keys.size == 0:
