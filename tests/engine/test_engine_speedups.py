@@ -3,7 +3,7 @@
 - Machine fast paths (taking a free thread or queue slot without a simpy event when
   nothing else is due at that instant) against the plain event path;
 - per-token vectorised trace decoding against the straightforward per-layer version;
-- prefix-sum cluster counts and the scratch-mask "fired" test against simple loops;
+- the compiled cluster split and the scratch-mask "fired" test against simple loops;
 - a lazily generated trace replayed from memory against the materialised trace.
 """
 
@@ -16,10 +16,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.engine.cluster_plan import split_clusters
 from sim.engine.machine import Machine
+from sim.engine.scheduler import split_clusters
 from sim.engine.simulation import simulate
-from sim.engine.strategies.powerinfer2 import _fired, cluster_arrays, cluster_counts
+from sim.engine.strategies.powerinfer2 import _fired
 from sim.engine.workload import LayerWork, ReplayTrace, iter_token_layers, popularity
 from sim.traces.format import Trace, TraceChunk, TraceMeta
 from sim.traces.params import SynthDims
@@ -130,10 +130,12 @@ def reference_clusters(resident: np.ndarray, fired: np.ndarray, c: int) -> list[
 
 @settings(max_examples=60, deadline=None)
 @given(bits=st.lists(st.tuples(st.booleans(), st.booleans()), max_size=300), cluster=st.integers(1, 64))
-def test_cluster_counts_match_the_loop(bits, cluster):
+def test_cluster_split_matches_the_loop(bits, cluster):
     resident = np.array([b[0] for b in bits], dtype=bool)
     fired = np.array([b[1] for b in bits], dtype=bool)
-    assert cluster_counts(resident, fired, cluster) == reference_clusters(resident, fired, cluster)
+    bounds, *arrays = split_clusters(resident, fired, np.array([0, resident.size]), cluster)
+    assert bounds.tolist() == [0, len(arrays[0])]
+    assert list(zip(*(a.tolist() for a in arrays), strict=True)) == reference_clusters(resident, fired, cluster)
 
 
 @settings(max_examples=60, deadline=None)
@@ -181,7 +183,7 @@ def test_replay_reads_the_source_once_when_it_fits(limit):
     assert source.passes == (1 if limit else 2)
 
 
-def test_split_clusters_of_a_token_match_the_per_layer_split():
+def test_split_clusters_of_a_token_match_the_per_layer_loop():
     rng = np.random.default_rng(3)
     sizes = [0, 1, 7, 16, 33, 100]
     resident = rng.random(sum(sizes)) < 0.6
@@ -191,10 +193,9 @@ def test_split_clusters_of_a_token_match_the_per_layer_split():
         bounds, *arrays = split_clusters(resident, fired, offsets, cluster)
         for layer in range(len(sizes)):
             lo, hi = offsets[layer], offsets[layer + 1]
-            want = cluster_arrays(resident[lo:hi], fired[lo:hi], cluster)
-            got = [a[bounds[layer]:bounds[layer + 1]] for a in arrays]
-            for w, g in zip(want, got, strict=True):
-                np.testing.assert_array_equal(w, g)
+            want = reference_clusters(resident[lo:hi], fired[lo:hi], cluster)
+            got = list(zip(*(a[bounds[layer]:bounds[layer + 1]].tolist() for a in arrays), strict=True))
+            assert got == want
 
 
 # -- the compiled FFN phase ---------------------------------------------------------------------

@@ -21,10 +21,10 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from sim.engine.cluster_plan import split_clusters
 from sim.engine.cluster_schedule import schedule_ffn_phase
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
+from sim.engine.scheduler import split_clusters
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
 from sim.engine.workload import LayerWork
 from sim.hw.processors import QUANTISED, accel_kernel_time_s
@@ -342,29 +342,6 @@ def _fired(keys: np.ndarray, work: LayerWork, scratch: np.ndarray) -> np.ndarray
     fired = scratch[keys]
     scratch[work.active] = False
     return fired
-
-
-def cluster_counts(resident: np.ndarray, fired: np.ndarray, cluster: int) -> list[tuple[int, int, int, int]]:
-    """Split neurons into clusters of ``cluster``, resident ones first (in their order).
-
-    Resident neurons go first so compute starts while the I/O thread fetches the rest.
-    Returns per cluster (neurons, fired, gate misses, up/down misses).
-    """
-    return list(zip(*(a.tolist() for a in cluster_arrays(resident, fired, cluster)), strict=True))
-
-
-def cluster_arrays(resident: np.ndarray, fired: np.ndarray,
-                   cluster: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`cluster_counts` as four arrays, computed with prefix sums instead of a loop."""
-    n = int(resident.size)
-    hits = int(np.count_nonzero(resident))
-    fired_sorted = np.concatenate((fired[resident], fired[~resident]))
-    cum = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(fired_sorted, out=cum[1:])
-    starts = np.arange(0, n, cluster, dtype=np.int64)
-    ends = np.minimum(starts + cluster, n)
-    first_miss = np.minimum(np.maximum(starts, hits), ends)
-    return ends - starts, cum[ends] - cum[starts], ends - first_miss, cum[ends] - cum[first_miss]
 
 
 def _wo(w: Work) -> tuple[float, float]:
