@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from sim.errors import SimError
 from sim.profiles.model import ModelProfile
@@ -173,11 +174,15 @@ def _count_activations(trace: Trace, start: int, stop: int) -> np.ndarray:
         if lo_t >= hi_t:
             continue
         r0, r1 = chunk.row(lo_t, 0, 0), chunk.row(hi_t - 1, meta.n_layers - 1, meta.top_k - 1) + 1
-        lengths = np.diff(chunk.offsets[r0:r1 + 1])
-        rows = np.arange(r0, r1)
-        layer = (rows // meta.top_k) % meta.n_layers
-        expert = chunk.experts.reshape(-1)[rows].astype(np.int64)
-        base = np.repeat((layer * meta.n_experts + expert) * meta.n_neurons, lengths)
-        keys = chunk.ids[chunk.offsets[r0]:chunk.offsets[r1]].astype(np.int64) + base
-        counts += np.bincount(keys, minlength=n_keys)
+        _add_counts(counts, chunk.offsets, chunk.ids, chunk.experts.reshape(-1), r0, r1, meta.top_k, meta.n_layers,
+                    meta.n_experts, meta.n_neurons)
     return counts
+
+
+@njit(cache=True)
+def _add_counts(counts, offsets, ids, experts, r0, r1, top_k, n_layers, n_experts, n_neurons):
+    """counts[key] += 1 for every id of rows [r0, r1) (one pass, no key array built)."""
+    for r in range(r0, r1):
+        base = ((r // top_k) % n_layers * n_experts + np.int64(experts[r])) * n_neurons
+        for i in range(offsets[r], offsets[r + 1]):
+            counts[base + np.int64(ids[i])] += 1

@@ -235,3 +235,13 @@ def test_compiled_ffn_phase_matches_per_cluster_processes(config, monkeypatch):
             assert a[key] == pytest.approx(b[key], rel=1e-9, abs=1e-15), key
         else:
             assert a[key] == b[key], key
+
+
+@pytest.mark.parametrize(("start", "stop"), [(0, 14), (3, 11), (13, 14)])
+def test_popularity_counts_every_active_key_of_the_tokens(start, stop):
+    """The compiled count against a bincount of the decoded per-layer active keys."""
+    trace = synth_trace(h.params(), SynthDims.from_model(h.model(h.TINY_MOE)), 14, seed=2, chunk_tokens=4)
+    meta = trace.meta
+    keys = [w.active for _, layers in iter_token_layers(trace, start, stop) for w in layers]
+    want = np.bincount(np.concatenate(keys), minlength=meta.n_layers * meta.n_experts * meta.n_neurons)
+    np.testing.assert_array_equal(popularity(trace, start, stop), want)
