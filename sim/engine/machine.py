@@ -192,9 +192,9 @@ class Machine:
         return self.dram.cpu_thread_gbps(thread.core.mem_gbps, active_threads, self._agents() | {"cpu"})
 
     def _cpu_shares(self, threads: list[Thread], weight_bytes: float, ops: float, dtype: str,
-                    agents: frozenset[str]) -> list[float]:
+                    agents: frozenset[str], kernel: str) -> list[float]:
         """Bandwidth for ``threads`` starting this kernel next to the CPU jobs already running."""
-        demands = [cpu_demand_gbps(th.core, weight_bytes, ops, dtype) for th in threads]
+        demands = [cpu_demand_gbps(th.core, weight_bytes, ops, dtype, kernel) for th in threads]
         running = list(self.cpu_demand_gbps.values())  # idle threads are never in it
         shares = self.dram.cpu_thread_shares(running + demands, agents)
         for th, d in zip(threads, demands, strict=True):
@@ -202,23 +202,24 @@ class Machine:
         return shares[len(running):]
 
     def parallel_time_s(self, weight_bytes: float, ops: float, dtype: str,
-                        agents: frozenset[str] = frozenset({"cpu"}), threads: int | None = None) -> float:
+                        agents: frozenset[str] = frozenset({"cpu"}), threads: int | None = None,
+                        kernel: str = "dense_gemv") -> float:
         """Closed-form time of a phase on the first ``threads`` compute threads (default all),
         shared exactly as :meth:`cpu_parallel` shares it (for the analytic mode)."""
         use = self.threads_by_speed[: threads or len(self.threads)]  # those cpu_parallel would grab
-        demands = [cpu_demand_gbps(th.core, weight_bytes, ops, dtype) for th in use]
+        demands = [cpu_demand_gbps(th.core, weight_bytes, ops, dtype, kernel) for th in use]
         bws = self.dram.cpu_thread_shares(demands, agents)
-        return cpu_parallel_time_s([th.core for th in use], weight_bytes, ops, bws, dtype)
+        return cpu_parallel_time_s([th.core for th in use], weight_bytes, ops, bws, dtype, kernel)
 
     # -- CPU ---------------------------------------------------------------------------
-    def cpu_job(self, name: str, weight_bytes: float, ops: float, dtype: str) -> Event:
-        """Run one kernel on the next free compute thread (a neuron cluster, say)."""
+    def cpu_job(self, name: str, weight_bytes: float, ops: float, dtype: str, kernel: str = "sparse_gemv") -> Event:
+        """Run one kernel on the next free compute thread (a neuron cluster, by default)."""
         thread = self._take(self.free_threads)
         if thread is None:
             thread = yield self.free_threads.get()
         self.active_agents["cpu"] += 1
-        [bw] = self._cpu_shares([thread], weight_bytes, ops, dtype, self._agents())
-        duration = cpu_kernel_time_s(thread.core, weight_bytes, ops, bw, dtype)
+        [bw] = self._cpu_shares([thread], weight_bytes, ops, dtype, self._agents(), kernel)
+        duration = cpu_kernel_time_s(thread.core, weight_bytes, ops, bw, dtype, kernel)
         start = self.env.now
         self.usage.dram_bytes += weight_bytes
         yield self.env.timeout(duration)
@@ -228,7 +229,8 @@ class Machine:
         if not self._give(self.free_threads, thread):
             yield self.free_threads.put(thread)
 
-    def cpu_parallel(self, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None) -> Event:
+    def cpu_parallel(self, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
+                     kernel: str = "dense_gemv") -> Event:
         """A barrier phase shared by all compute threads (attention, predictor, LM head).
 
         All threads are idle at a phase boundary, so the phase is one event; each thread's
@@ -242,15 +244,16 @@ class Machine:
         # share proportional to its speed and all finish together.
         if self.cpu_demand_gbps:
             duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops,
-                                           self._cpu_shares(grabbed, weight_bytes, ops, dtype, agents), dtype)
+                                           self._cpu_shares(grabbed, weight_bytes, ops, dtype, agents, kernel), dtype,
+                                           kernel)
         else:  # nothing else runs on the CPU: the phase's time depends on its own inputs only
             for th in grabbed:
-                self.cpu_demand_gbps[th.name] = cpu_demand_gbps(th.core, weight_bytes, ops, dtype)
-            key = (weight_bytes, ops, dtype, agents, tuple(th.name for th in grabbed))
+                self.cpu_demand_gbps[th.name] = cpu_demand_gbps(th.core, weight_bytes, ops, dtype, kernel)
+            key = (weight_bytes, ops, dtype, kernel, agents, tuple(th.name for th in grabbed))
             duration = self._phase_memo.get(key)
             if duration is None:
                 shares = self.dram.cpu_thread_shares(list(self.cpu_demand_gbps.values()), agents)
-                duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops, shares, dtype)
+                duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops, shares, dtype, kernel)
                 if len(self._phase_memo) < 4096:
                     self._phase_memo[key] = duration
         start = self.env.now

@@ -13,25 +13,33 @@ from sim.hw.curves import linlog_interp
 from sim.profiles.device import Accelerator, CpuCluster
 
 QUANTISED = {"int8", "int4"}
+# CPU kernel classes (see sim.profiles.device.KernelSpeed): batch-1 products over whole
+# matrices, batch-1 products over gathered neuron rows, and batched products (prefill).
+KERNELS = ("dense_gemv", "sparse_gemv", "gemm")
+
+
+def cpu_rate_gops(core: CpuCluster, dtype: str, kernel: str = "dense_gemv") -> float:
+    """Operations per second (in G) one core sustains on ``kernel`` in ``dtype``."""
+    base = core.int8_gops if dtype in QUANTISED else core.fp32_gflops
+    return base * getattr(core.kernel_speed, kernel)
 
 
 def cpu_kernel_time_s(core: CpuCluster, weight_bytes: float, ops: float, bandwidth_gbps: float,
-                      dtype: str) -> float:
+                      dtype: str, kernel: str = "dense_gemv") -> float:
     """One CPU thread streaming ``weight_bytes`` and doing ``ops`` operations."""
     if weight_bytes <= 0 and ops <= 0:
         return 0.0
-    rate = core.int8_gops if dtype in QUANTISED else core.fp32_gflops
     memory_s = weight_bytes / (bandwidth_gbps * 1e9) if weight_bytes > 0 else 0.0
-    return max(memory_s, ops / (rate * 1e9))
+    return max(memory_s, ops / (cpu_rate_gops(core, dtype, kernel) * 1e9))
 
 
-def cpu_demand_gbps(core: CpuCluster, weight_bytes: float, ops: float, dtype: str) -> float:
+def cpu_demand_gbps(core: CpuCluster, weight_bytes: float, ops: float, dtype: str,
+                    kernel: str = "dense_gemv") -> float:
     """DRAM bandwidth one thread would use on this kernel: its core's reach, or less when
     the kernel is compute-bound (it streams weights only as fast as it multiplies them)."""
     if ops <= 0:
         return core.mem_gbps
-    rate = core.int8_gops if dtype in QUANTISED else core.fp32_gflops
-    return min(core.mem_gbps, rate * weight_bytes / ops)
+    return min(core.mem_gbps, cpu_rate_gops(core, dtype, kernel) * weight_bytes / ops)
 
 
 def accel_efficiency(acc: Accelerator, batch: int) -> float:
@@ -52,9 +60,10 @@ def accel_kernel_time_s(acc: Accelerator, weight_bytes: float, ops: float, bandw
 
 
 def cpu_parallel_time_s(cores: list[CpuCluster], weight_bytes: float, ops: float, thread_gbps: list[float],
-                        dtype: str) -> float:
+                        dtype: str, kernel: str = "dense_gemv") -> float:
     """A kernel shared by several threads that take work in proportion to their speed."""
-    alone = [cpu_kernel_time_s(c, weight_bytes, ops, bw, dtype) for c, bw in zip(cores, thread_gbps, strict=True)]
+    alone = [cpu_kernel_time_s(c, weight_bytes, ops, bw, dtype, kernel)
+             for c, bw in zip(cores, thread_gbps, strict=True)]
     if not alone or min(alone) <= 0:
         return 0.0
     return 1.0 / sum(1.0 / a for a in alone)

@@ -41,6 +41,21 @@ def _sorted_blocks(points: list[CurvePoint]) -> list[CurvePoint]:
     return points
 
 
+class KernelSpeed(Strict):
+    """Throughput of each CPU kernel class relative to the core's ``int8_gops``/``fp32_gflops``.
+
+    Those figures are usually calibrated on one kernel (the bundled phones: a dense INT4
+    prefill, i.e. a GEMM). Decode runs other kernels: dense GEMV (attention, LM head,
+    predictors, dense FFNs) and sparse GEMV over gathered neuron rows (PowerInfer-2's
+    clusters). A profile with microbenchmarks of those sets their ratios here; left out,
+    every kernel runs at the calibrated rate.
+    """
+
+    gemm: float = Field(1.0, gt=0, le=100)
+    dense_gemv: float = Field(1.0, gt=0, le=100)
+    sparse_gemv: float = Field(1.0, gt=0, le=100)
+
+
 class CpuCluster(Strict):
     """Identical cores sharing a frequency domain."""
 
@@ -58,6 +73,8 @@ class CpuCluster(Strict):
     io_4k_gbps: float = Field(gt=0)
     # Power while busy, for energy estimates (optional).
     active_w: float | None = Field(default=None, gt=0)
+    # Per-kernel throughput relative to int8_gops / fp32_gflops (optional; see KernelSpeed).
+    kernel_speed: KernelSpeed = Field(default_factory=KernelSpeed)
 
 
 class CpuProfile(Strict):

@@ -48,7 +48,7 @@ class Dense(Strategy):
         m, costs, dtype, p = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.prompt_tokens
         for _ in range(self.ctx.model.n_layers):
             w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
-            yield from m.cpu_parallel("prefill", w.weight_bytes, w.ops, dtype)
+            yield from m.cpu_parallel("prefill", w.weight_bytes, w.ops, dtype, kernel="gemm")
         w = costs.lm_head()
         yield from m.cpu_parallel("lm_head", w.weight_bytes, w.ops, dtype)
 

@@ -170,7 +170,7 @@ class LlamaCpp(Strategy):
         for layer in range(ctx.model.n_layers):
             faults = self._touch(self.layout.whole_layer(layer), -1, stats)
             w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
-            steps += [self._fault(faults), cpu("prefill_s", "prefill", w.weight_bytes, w.ops, dtype)]
+            steps += [self._fault(faults), cpu("prefill_s", "prefill", w.weight_bytes, w.ops, dtype, kernel="gemm")]
         w = costs.lm_head()
         steps += [self._fault(self._touch(self.layout.lm_head, -1, stats)),
                   cpu("lm_head_s", "lm_head", w.weight_bytes, w.ops, dtype)]

@@ -176,7 +176,10 @@ class LlmInFlash(Strategy):
             steps.append(cpu("memory_management_s", "memory-management", 2 * moved * self.row_bytes, 0, dtype,
                              threads=k.memcpy_threads))
         w = costs.neurons(rows)
-        steps.append(cpu("ffn_s", "ffn", w.weight_bytes, w.ops, dtype))
+        # The compact matrix is one dense product; predicted rows picked out of resident
+        # weights are a gathered (sparse) product.
+        dense = k.compute_rows == "window" and not self.all_resident
+        steps.append(cpu("ffn_s", "ffn", w.weight_bytes, w.ops, dtype, kernel="dense_gemv" if dense else "sparse_gemv"))
         return steps
 
     def _head_steps(self) -> list[Step]:
@@ -215,6 +218,6 @@ class LlmInFlash(Strategy):
             attn = costs.attention(p, batch=p)
             kv_bytes = attn.weight_bytes - costs.attention(0).weight_bytes
             ops = attn.ops + costs.dense_ffn(batch=p).ops
-            steps.append(cpu("prefill_s", "prefill", costs.layer_weight_bytes() + kv_bytes, ops, dtype))
+            steps.append(cpu("prefill_s", "prefill", costs.layer_weight_bytes() + kv_bytes, ops, dtype, kernel="gemm"))
         steps += self._head_steps()
         yield from run_steps(ctx.machine, steps, stats)

@@ -27,7 +27,7 @@ from sim.engine.neuron_cache import NeuronCache
 from sim.engine.scheduler import split_clusters
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
 from sim.engine.workload import LayerWork
-from sim.hw.processors import QUANTISED, accel_kernel_time_s
+from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
 
 
 class PowerInfer2Knobs(Knobs):
@@ -216,8 +216,7 @@ class PowerInfer2(Strategy):
         alone and next to the NPU."""
         if self._threads is None:
             m = self.ctx.machine
-            quantised = self.ctx.dtype in QUANTISED
-            rate = np.array([th.core.int8_gops if quantised else th.core.fp32_gflops for th in m.threads_by_speed])
+            rate = np.array([cpu_rate_gops(th.core, self.ctx.dtype, "sparse_gemv") for th in m.threads_by_speed])
             mem = np.array([th.core.mem_gbps for th in m.threads_by_speed])
             alone = m.dram.agent_gbps("cpu", frozenset({"cpu"}))
             with_npu = m.dram.agent_gbps("cpu", frozenset({"cpu", "npu"})) if self.use_npu else alone
@@ -276,7 +275,7 @@ class PowerInfer2(Strategy):
             if unit:
                 yield from m.accel_job(unit, "prefill", weights, ops, ctx.dtype, batch=p)
             else:
-                yield from m.cpu_parallel("prefill", weights, ops, ctx.dtype)
+                yield from m.cpu_parallel("prefill", weights, ops, ctx.dtype, kernel="gemm")
         yield from m.cpu_parallel("lm_head", *_wo(costs.lm_head()), ctx.dtype)
 
     # -- analytic --------------------------------------------------------------------------
@@ -286,8 +285,8 @@ class PowerInfer2(Strategy):
         dtype = ctx.dtype
         agents = frozenset({"cpu"})
 
-        def parallel(w: Work, kind: str, agents: frozenset[str] = agents) -> float:
-            return m.parallel_time_s(w.weight_bytes, w.ops, kind, agents)
+        def parallel(w: Work, kind: str, agents: frozenset[str] = agents, kernel: str = "dense_gemv") -> float:
+            return m.parallel_time_s(w.weight_bytes, w.ops, kind, agents, kernel=kernel)
 
         total = 0.0
         io_core = m.io_threads[0].core
@@ -300,7 +299,7 @@ class PowerInfer2(Strategy):
             neurons = sum(c[0] for c in clusters)
             fired = sum(c[1] for c in clusters)
             cpu_ffn = parallel(costs.neurons(neurons, 1) + costs.neurons(fired, ctx.model.ffn_matrices - 1),
-                               dtype, frozenset(both))
+                               dtype, frozenset(both), kernel="sparse_gemv")
             npu_ffn = 0.0
             if n_npu:
                 w = costs.neurons(n_npu)

@@ -28,6 +28,7 @@ class Step:
     ops: float = 0.0
     dtype: str = "fp16"
     threads: int | None = None  # CPU threads used (None: all compute threads)
+    kernel: str = "dense_gemv"  # CPU kernel class (sim.hw.processors.KERNELS)
     n_requests: int = 0
     block_bytes: int = 0
     sequential: bool = False
@@ -40,8 +41,9 @@ class Step:
         return self.weight_bytes <= 0 and self.ops <= 0
 
 
-def cpu(phase: str, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None) -> Step:
-    return Step(phase, "cpu", name, weight_bytes=weight_bytes, ops=ops, dtype=dtype, threads=threads)
+def cpu(phase: str, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
+        kernel: str = "dense_gemv") -> Step:
+    return Step(phase, "cpu", name, weight_bytes=weight_bytes, ops=ops, dtype=dtype, threads=threads, kernel=kernel)
 
 
 def read(phase: str, name: str, n_requests: int, block_bytes: int, *, sequential: bool = False,
@@ -58,7 +60,8 @@ def run_steps(m: Machine, steps: list[Step], stats: TokenStats) -> Event:
             continue
         t0 = env.now
         if step.kind == "cpu":
-            yield from m.cpu_parallel(step.name, step.weight_bytes, step.ops, step.dtype, threads=step.threads)
+            yield from m.cpu_parallel(step.name, step.weight_bytes, step.ops, step.dtype, threads=step.threads,
+                                      kernel=step.kernel)
         else:
             yield from m.read(step.name, step.n_requests, step.block_bytes, sequential=step.sequential,
                               span_bytes=step.span_bytes, issuers=len(m.io_threads), blocking=True)
@@ -75,7 +78,8 @@ def steps_time_s(m: Machine, steps: list[Step], stats: TokenStats) -> float:
         if step.empty:
             continue
         if step.kind == "cpu":
-            seconds = m.parallel_time_s(step.weight_bytes, step.ops, step.dtype, cpu_agents, threads=step.threads)
+            seconds = m.parallel_time_s(step.weight_bytes, step.ops, step.dtype, cpu_agents, threads=step.threads,
+                                        kernel=step.kernel)
         else:
             seconds = m.flash.parallel_batch_time_s(step.n_requests, step.block_bytes, io_cores,
                                                     sequential=step.sequential, span_bytes=step.span_bytes,
