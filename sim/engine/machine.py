@@ -9,6 +9,7 @@ the DRAM sharing at that moment, so the number of simpy events per token stays s
 from __future__ import annotations
 
 import bisect
+import math
 from collections import defaultdict
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -177,6 +178,18 @@ class Machine:
             res.users.remove(req)
         else:
             res.release(req)
+
+    def delay_until(self, t: float) -> float:
+        """The timeout delay that lands the clock exactly on ``t`` (``now + (t - now)`` can
+        miss it by a rounding step, and a compiled phase must end where its last event
+        would have)."""
+        now = self.env.now
+        delay = max(0.0, t - now)
+        while now + delay < t:
+            delay = math.nextafter(delay, math.inf)
+        while delay > 0 and now + delay > t:
+            delay = math.nextafter(delay, -math.inf)
+        return delay
 
     # -- bookkeeping -----------------------------------------------------------------
     def _span(self, unit: str, name: str, start: float) -> None:

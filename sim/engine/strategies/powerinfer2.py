@@ -209,7 +209,7 @@ class PowerInfer2(Strategy):
             m.usage.flash_requests += n_gate + n_ud
             m.usage.busy_s["storage"] += float(io_busy[0])
             m.usage.busy_s[m.io_threads[0].name] += float(io_busy[0])
-        yield env.timeout(end - now)
+        yield env.timeout(m.delay_until(end))
 
     def _thread_table(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Per compute thread (fastest first) its rate and reach; the CPU's DRAM figure
