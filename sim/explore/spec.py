@@ -66,6 +66,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from sim.errors import SimError
+from sim.explore.paths import PATH_ERROR, apply_path
 from sim.profiles.validation import Strict, validate
 from sim.units import parse_bytes, parse_size_or_percent
 
@@ -316,7 +317,7 @@ class _Resolver:
         try:
             task = resolve_settings(settings, self)
         except SimError as exc:
-            if exc.source == _PATH_ERROR:  # a misspelt field path is a spec error, not a failed point
+            if exc.source == PATH_ERROR:  # a misspelt field path is a spec error, not a failed point
                 raise SimError(exc.detail, source=self.source, field=exc.field) from None
             # No configuration to hash: the settings and the error stand for it (fix the cause,
             # e.g. a referenced profile file, and the point gets its real id and runs).
@@ -349,7 +350,6 @@ class _Resolver:
         return p if p.is_absolute() else self.base_dir / p
 
 
-_PATH_ERROR = "<unknown field path>"
 
 
 def resolve_settings(settings: dict[str, Any], resolver: _Resolver | None = None) -> dict[str, Any]:
@@ -434,56 +434,6 @@ def _version() -> str:
     import sim
 
     return sim.__version__
-
-
-# -- dotted paths into profile data --------------------------------------------------------------
-
-def apply_path(data: dict[str, Any], path: str, value: Any, *, scale: bool = False, where: str = "") -> None:
-    """Set (or multiply, with ``scale``) the field(s) at ``path`` in a profile's dumped data."""
-    steps = path.split(".")
-    targets: list[tuple[Any, Any]] = []
-    _walk(data, steps, [], targets, where)
-    for parent, key in targets:
-        if scale:
-            current = parent[key]
-            if isinstance(current, bool) or not isinstance(current, int | float):
-                raise SimError(f"cannot scale a non-numeric field (value {current!r})", field=where)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise SimError(f"a :scale value must be a number, got {value!r}", field=where)
-            parent[key] = int(round(current * value)) if isinstance(current, int) else float(current * value)
-        else:
-            parent[key] = copy.deepcopy(value)
-
-
-def _walk(node: Any, steps: list[str], done: list[str], out: list[tuple[Any, Any]], where: str) -> None:
-    step, rest = steps[0], steps[1:]
-    here = ".".join(done) or "(top level)"
-    if isinstance(node, dict):
-        if step not in node:
-            raise SimError(f"no field {step!r} at {here}; fields there: {', '.join(sorted(node))}",
-                           source=_PATH_ERROR, field=where)
-        keys: list[Any] = [step]
-    elif isinstance(node, list):
-        if step == "*":
-            keys = list(range(len(node)))
-        elif step.lstrip("-").isdigit():
-            i = int(step)
-            if not -len(node) <= i < len(node):
-                raise SimError(f"index {i} is out of range at {here} ({len(node)} entries)", field=where)
-            keys = [i]
-        else:
-            keys = [i for i, item in enumerate(node) if isinstance(item, dict) and item.get("name") == step]
-            if not keys:
-                names = [str(item.get("name")) for item in node if isinstance(item, dict) and "name" in item]
-                raise SimError(f"no entry named {step!r} at {here}; use an index, * or one of: "
-                               f"{', '.join(names) or '(no named entries)'}", field=where)
-    else:
-        raise SimError(f"{here} is {node!r}, not a section; cannot go into {step!r}", field=where)
-    for key in keys:
-        if rest:
-            _walk(node[key], rest, [*done, str(key)], out, where)
-        else:
-            out.append((node, key))
 
 
 # -- row columns ------------------------------------------------------------------------------------
