@@ -165,6 +165,21 @@ class Machine:
             taken.append(item if item is not None else (yield store.get()))
         return taken
 
+    def _give_many(self, store: simpy.Store, items: list[Any]) -> Event:
+        """Hand ``items`` back to ``store``: at once when nobody waits and nothing else is
+        due, else one by one (waiters first come, first served)."""
+        if (not store.get_queue and not store.put_queue and len(store.items) + len(items) <= store.capacity
+                and self._quiet()):
+            for item in items:
+                if isinstance(store, ThreadPool):
+                    store.insert(item)
+                else:
+                    store.items.append(item)
+            return
+        for item in items:
+            if not self._give(store, item):
+                yield store.put(item)
+
     def _acquire(self, res: simpy.Resource) -> Any:
         """A granted request on ``res`` without yielding, or None (then request and yield)."""
         if len(res.users) < res.capacity and not res.put_queue and self._quiet():
@@ -255,20 +270,18 @@ class Machine:
         agents = self._agents()
         # Threads take work in small chunks (as llama.cpp and PowerInfer do), so each gets a
         # share proportional to its speed and all finish together.
-        if self.cpu_demand_gbps:
-            duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops,
-                                           self._cpu_shares(grabbed, weight_bytes, ops, dtype, agents, kernel), dtype,
-                                           kernel)
-        else:  # nothing else runs on the CPU: the phase's time depends on its own inputs only
+        # With nothing else on the CPU the phase's time depends on its own inputs only: remembered.
+        key = None if self.cpu_demand_gbps else (weight_bytes, ops, dtype, kernel, agents,
+                                                 tuple(th.name for th in grabbed))
+        duration = self._phase_memo.get(key) if key else None
+        if duration is None:
+            shares = self._cpu_shares(grabbed, weight_bytes, ops, dtype, agents, kernel)
+            duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops, shares, dtype, kernel)
+            if key and len(self._phase_memo) < 4096:
+                self._phase_memo[key] = duration
+        else:
             for th in grabbed:
                 self.cpu_demand_gbps[th.name] = cpu_demand_gbps(th.core, weight_bytes, ops, dtype, kernel)
-            key = (weight_bytes, ops, dtype, kernel, agents, tuple(th.name for th in grabbed))
-            duration = self._phase_memo.get(key)
-            if duration is None:
-                shares = self.dram.cpu_thread_shares(list(self.cpu_demand_gbps.values()), agents)
-                duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops, shares, dtype, kernel)
-                if len(self._phase_memo) < 4096:
-                    self._phase_memo[key] = duration
         start = self.env.now
         self.usage.dram_bytes += weight_bytes
         yield self.env.timeout(duration)
@@ -279,12 +292,7 @@ class Machine:
             self.usage.busy_s[th.name] += duration
             if self.record_spans:
                 self.spans.append(Span(th.name, name, start, start + duration, self.token))
-        if not pool.items and not pool.get_queue and not pool.put_queue and self._quiet():
-            pool.items = sorted(grabbed, key=pool._key)  # all handed back at once, fastest first
-        else:
-            for th in grabbed:
-                if not self._give(pool, th):
-                    yield pool.put(th)
+        yield from self._give_many(pool, grabbed)
 
     # -- storage ---------------------------------------------------------------------------
     def read(self, name: str, n_requests: int, block_bytes: int, *, sequential: bool = False,
@@ -362,13 +370,7 @@ class Machine:
         self._span("storage", name, start)
         for th in grabbed:
             self.usage.busy_s[th.name] += duration * n_cores / n_threads
-        if (not store.get_queue and not store.put_queue and len(store.items) + n_threads <= store.capacity
-                and self._quiet()):
-            store.items.extend(grabbed)
-        else:
-            for th in grabbed:
-                if not self._give(store, th):
-                    yield store.put(th)
+        yield from self._give_many(store, grabbed)
 
     # -- accelerators ------------------------------------------------------------------------
     def accel_time_s(self, unit: str, weight_bytes: float, ops: float, dtype: str, agents: frozenset[str],

@@ -9,19 +9,10 @@ gives a plain policy (LLM in a Flash's window, a page cache).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from sim.cache.base import CachePolicy
 from sim.errors import SimError
-
-
-@dataclass
-class CacheStep:
-    resident: np.ndarray  # bool per requested key: no flash read needed
-    requests: int
-    hits: int
 
 
 class NeuronCache:
@@ -53,8 +44,6 @@ class NeuronCache:
             options.setdefault("profile_counts", popularity)
         self.policy: CachePolicy = make_policy(policy, capacity_bytes=self.cold_capacity, n_items=n_keys,
                                                item_bytes=item_bytes, **options)
-        self._offsets = np.zeros(2, dtype=np.int64)
-        self._token = np.zeros(1, dtype=np.int64)
         if popularity is not None and preload:
             self._preload(popularity)
 
@@ -78,8 +67,9 @@ class NeuronCache:
 
     def step_many(self, keys: np.ndarray, offsets: np.ndarray, token: int) -> np.ndarray:
         """Serve several steps of one token at once (``keys[offsets[i]:offsets[i+1]]`` is step
-        i, e.g. one layer); returns per key whether it was resident. The policy sees the same
-        steps in the same order as from :meth:`step`, in one call instead of one per step."""
+        i, e.g. one layer); returns per key whether it was resident. Hot keys are pinned;
+        the rest go to the policy as one block of steps (the replay fast path: keys are
+        valid and unique by construction, and no eviction list is recorded)."""
         resident = self.is_hot[keys]
         cold_mask = ~resident
         cold = keys[cold_mask]
@@ -90,18 +80,3 @@ class NeuronCache:
             tokens = np.full(offsets.size - 1, token, dtype=np.int64)
             resident[cold_mask] = self.policy.run(cold, cold_offsets, tokens=tokens).hit
         return resident
-
-    def step(self, keys: np.ndarray, token: int) -> CacheStep:
-        """Serve one layer's requested keys; returns which were resident."""
-        resident = self.is_hot[keys]  # fancy indexing: already a copy
-        cold_mask = ~resident
-        cold = keys[cold_mask]
-        if cold.size:
-            # The replay fast path: keys are valid and unique by construction, and the engine
-            # needs only hits, so no eviction list is recorded.
-            self._offsets[1] = cold.size
-            self._token[0] = token
-            result = self.policy.run(cold, self._offsets, tokens=self._token)
-            resident[cold_mask] = result.hit
-        hits = int(np.count_nonzero(resident))
-        return CacheStep(resident, int(keys.size), hits)

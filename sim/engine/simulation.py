@@ -157,11 +157,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     tokens_iter = iter_token_layers(tr, profile_tokens, first + decode_tokens)
     for _ in range(warmup_tokens):  # warm the cache untimed (the state after prefill)
         t, layers = next(tokens_iter)
-        if hasattr(strat, "_token_plan"):
-            strat._token_plan(layers, t, warm)
-        elif hasattr(strat, "_layer_plan"):
-            for work in layers:
-                strat._layer_plan(work, t, warm)
+        strat.warm_token(t, layers, warm)
 
     if mode == "analytic":
         prefill_s = float("nan")

@@ -147,7 +147,7 @@ def test_fired_matches_isin(active, extra, keep):
     keys = pred[np.random.default_rng(0).random(pred.size) < keep]
     scratch = np.zeros(500, dtype=bool)
     work = LayerWork(0, np.zeros(1, dtype=np.int64), act, pred)
-    np.testing.assert_array_equal(_fired(keys, work, scratch), np.isin(keys, act))
+    np.testing.assert_array_equal(_fired(keys, [work], scratch), np.isin(keys, act))
     assert not scratch.any()
 
 

@@ -100,6 +100,11 @@ class Strategy(ABC):
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
         """Generate one token: every layer, then the LM head."""
 
+    def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
+        """Replay a token through the strategy's cache untimed (warming it to the state after
+        prefill). Strategies without a cache have nothing to do."""
+        return None
+
     def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
         """Closed-form time of one decode token (``--mode analytic``)."""
         raise SimError(f"strategy {self.name!r} has no analytic mode", field="--mode")

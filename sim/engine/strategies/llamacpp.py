@@ -114,6 +114,10 @@ class LlamaCpp(Strategy):
         self.cache = make_policy(ctx.policy or knobs.policy, capacity_bytes=self.capacity_bytes,
                                  n_items=self.layout.n_keys, item_bytes=knobs.readahead_bytes, strict=False)
 
+    def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
+        for work in layers:
+            self._layer_plan(work, t, stats)
+
     # -- page cache ------------------------------------------------------------------------
     def _touch(self, keys: np.ndarray, t: int, stats: TokenStats) -> int:
         """Access ``keys`` one chunk after another; return how many fault (are read from flash).

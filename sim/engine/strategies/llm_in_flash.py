@@ -109,6 +109,10 @@ class LlmInFlash(Strategy):
         # reads; the neuron-cache DRAM then holds a fixed slice of each layer (hybrid).
         self.static_share = plan.ffn_resident_fraction if (knobs.hybrid and not knobs.predictor) else 0.0
 
+    def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
+        for work in layers:
+            self._layer_plan(work, t, stats)
+
     # -- per-layer plan (shared by warm-up, DES and analytic) -------------------------------
     def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[int, int, int, int]:
         """(neurons read sparsely, FFN rows multiplied, rows copied, FFN bytes read densely)."""

@@ -88,6 +88,9 @@ class PowerInfer2(Strategy):
         counts = is_npu.reshape(meta.n_layers, meta.n_experts, meta.n_neurons).sum(axis=2)
         return is_npu, counts
 
+    def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
+        self._token_plan(layers, t, stats)
+
     # -- per-layer plan (shared by DES and analytic) ---------------------------------------
     def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[float, tuple[np.ndarray, ...]]:
         """(NPU neurons, clusters as arrays of neurons, fired, gate misses, up/down misses)."""
@@ -115,7 +118,7 @@ class PowerInfer2(Strategy):
         else:
             cpu_keys, offsets = predicted, bounds
         resident = self.cache.step_many(cpu_keys, offsets, token=t)
-        fired = _fired_many(cpu_keys, layers, self._scratch)
+        fired = _fired(cpu_keys, layers, self._scratch)
         hits = int(np.count_nonzero(resident))
         stats.requests += int(predicted.size)
         stats.hits += int(predicted.size - cpu_keys.size) + hits
@@ -315,10 +318,12 @@ class PowerInfer2(Strategy):
         return total + parallel(costs.lm_head(), dtype)
 
 
-def _fired_many(keys: np.ndarray, layers: list[LayerWork], scratch: np.ndarray) -> np.ndarray:
-    """:func:`_fired` for keys of several layers (layers' keys never overlap)."""
-    if len(layers) == 1:
-        return _fired(keys, layers[0], scratch)
+def _fired(keys: np.ndarray, layers: list[LayerWork], scratch: np.ndarray) -> np.ndarray:
+    """Which of ``keys`` (a subset of the layers' predicted sets) are truly active.
+
+    ``scratch`` is an all-False bool array over every key; it is set and cleared here
+    (scatters and a gather beat a sorted-set search; layers' keys never overlap).
+    """
     if all(w.predicted is w.active for w in layers):
         return np.ones(keys.size, dtype=bool)
     for w in layers:
@@ -326,20 +331,6 @@ def _fired_many(keys: np.ndarray, layers: list[LayerWork], scratch: np.ndarray) 
     fired = scratch[keys]
     for w in layers:
         scratch[w.active] = False
-    return fired
-
-
-def _fired(keys: np.ndarray, work: LayerWork, scratch: np.ndarray) -> np.ndarray:
-    """Which of ``keys`` (a subset of the predicted set) are truly active.
-
-    ``scratch`` is an all-False bool array over every key; it is set and cleared here
-    (two scatters and a gather beat a sorted-set search on a layer's few thousand keys).
-    """
-    if work.predicted is work.active:
-        return np.ones(keys.size, dtype=bool)
-    scratch[work.active] = True
-    fired = scratch[keys]
-    scratch[work.active] = False
     return fired
 
 
