@@ -72,7 +72,7 @@ class Breakdown:
     """Wraps engine functions with timers (adds a little overhead of its own)."""
 
     TARGETS: ClassVar[list[tuple[Any, str, str]]] = [
-        (neuron_cache.NeuronCache, "step_many", "cache policy (NeuronCache.step_many)"),
+        (neuron_cache.NeuronCache, "cold_hits", "cache policy (NeuronCache.cold_hits)"),
         (powerinfer2.PowerInfer2, "_token_plan", "per-layer planning, all"),
         (workload, "_token_work", "trace decoding (per token)"),
         (powerinfer2.PowerInfer2, "__init__", "strategy set-up (hot and NPU sets)"),

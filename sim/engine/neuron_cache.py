@@ -72,11 +72,15 @@ class NeuronCache:
         valid and unique by construction, and no eviction list is recorded)."""
         resident = self.is_hot[keys]
         cold_mask = ~resident
-        cold = keys[cold_mask]
-        if cold.size:
-            before = np.zeros(keys.size + 1, dtype=np.int64)
-            np.cumsum(cold_mask, out=before[1:])
-            cold_offsets = before[offsets]
-            tokens = np.full(offsets.size - 1, token, dtype=np.int64)
-            resident[cold_mask] = self.policy.run(cold, cold_offsets, tokens=tokens).hit
+        before = np.zeros(keys.size + 1, dtype=np.int64)
+        np.cumsum(cold_mask, out=before[1:])
+        resident[cold_mask] = self.cold_hits(keys[cold_mask], before[offsets], token)
         return resident
+
+    def cold_hits(self, cold: np.ndarray, offsets: np.ndarray, token: int) -> np.ndarray:
+        """Serve keys outside the hot region (``cold[offsets[i]:offsets[i+1]]`` is step i) through
+        the policy; returns per key whether it was resident."""
+        if not cold.size:
+            return np.zeros(0, dtype=bool)
+        tokens = np.full(offsets.size - 1, token, dtype=np.int64)
+        return self.policy.run(cold, offsets, tokens=tokens).hit

@@ -6,6 +6,9 @@ names the placement rules; the knobs that drive both are strategy configuration
 (``PowerInfer2Knobs``: ``cluster_neurons``, ``npu_activation_share``, ``compute_cores``,
 ``io_cores``, ``hot_share``), so a sweep or ``sim plan`` varies them like any run option.
 
+- Routing (:func:`route_neurons`): each predicted neuron goes to the NPU (in its offline
+  hot set), or to the CPU, where it is resident (hot region) or asks the cache (cold);
+  whether it truly fired is what decides its Up/Down work.
 - Partition (:func:`split_clusters`): per layer, the predicted neurons the CPU computes are
   cut into clusters of ``cluster_neurons``, resident neurons first (in their order), so
   compute starts while the I/O thread fetches the rest; the NPU takes the layer's hot
@@ -17,13 +20,55 @@ names the placement rules; the knobs that drive both are strategy configuration
 
 Per cluster the partition gives: neurons, how many fired (their gate output was non-zero,
 so their Up/Down rows are needed), how many miss the cache (Gate reads) and how many of
-those fired (Up/Down reads). All layers of a token are split in one compiled call.
+those fired (Up/Down reads). All layers of a token are routed and split in one compiled
+call each.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+
+@njit(cache=True)
+def route_neurons(predicted, p_bounds, active, is_npu, use_npu, is_hot, scratch):
+    """A token's predicted neurons, layer by layer, minus those the NPU computes.
+
+    Returns the CPU's keys with per-layer offsets, per key whether it fired (is in the
+    token's active set) and whether it sits in the pinned hot region, and the cold keys
+    (in the same order) with their per-layer offsets: the requests the cache policy
+    serves. ``scratch`` is an all-False bool array over every key, set and cleared here.
+    The loop is branch-free (every slot is written, the counts advance by 0 or 1): which
+    way a neuron goes is random, so branches would mispredict about half the time.
+    """
+    n_layers = p_bounds.shape[0] - 1
+    size = predicted.shape[0]
+    cpu = np.empty(size, dtype=np.int64)
+    fired = np.empty(size, dtype=np.bool_)
+    hot = np.empty(size, dtype=np.bool_)
+    cold = np.empty(size, dtype=np.int64)
+    cpu_offsets = np.zeros(n_layers + 1, dtype=np.int64)
+    cold_offsets = np.zeros(n_layers + 1, dtype=np.int64)
+    for k in active:
+        scratch[k] = True
+    n = 0
+    m = 0
+    for layer in range(n_layers):
+        for i in range(p_bounds[layer], p_bounds[layer + 1]):
+            k = predicted[i]
+            h = is_hot[k]
+            cpu[n] = k
+            fired[n] = scratch[k]
+            hot[n] = h
+            cold[m] = k
+            keep = np.int64(not (use_npu and is_npu[k]))
+            n += keep
+            m += keep & np.int64(not h)
+        cpu_offsets[layer + 1] = n
+        cold_offsets[layer + 1] = m
+    for k in active:
+        scratch[k] = False
+    return cpu[:n], cpu_offsets, fired[:n], hot[:n], cold[:m], cold_offsets
 
 
 @njit(cache=True)
@@ -35,26 +80,27 @@ def split_clusters(resident, fired, offsets, cluster):
         n = offsets[layer + 1] - offsets[layer]
         bounds[layer + 1] = bounds[layer] + (n + cluster - 1) // cluster
     total = bounds[n_layers]
-    neurons = np.zeros(total, dtype=np.int64)
-    n_fired = np.zeros(total, dtype=np.int64)
-    gate_miss = np.zeros(total, dtype=np.int64)
-    ud_miss = np.zeros(total, dtype=np.int64)
+    # one spare slot: after a layer's last cluster fills up, the loop goes on adding zeros one past it
+    neurons = np.zeros(total + 1, dtype=np.int64)
+    n_fired = np.zeros(total + 1, dtype=np.int64)
+    gate_miss = np.zeros(total + 1, dtype=np.int64)
+    ud_miss = np.zeros(total + 1, dtype=np.int64)
     for layer in range(n_layers):
         lo = offsets[layer]
         hi = offsets[layer + 1]
-        base = bounds[layer]
-        p = 0
+        c = bounds[layer]
+        fill = 0
         for want_resident in (True, False):  # resident neurons first, each group in order
-            for i in range(lo, hi):
-                if resident[i] != want_resident:
-                    continue
-                c = base + p // cluster
-                neurons[c] += 1
-                if fired[i]:
-                    n_fired[c] += 1
-                if not want_resident:
-                    gate_miss[c] += 1
-                    if fired[i]:
-                        ud_miss[c] += 1
-                p += 1
-    return bounds, neurons, n_fired, gate_miss, ud_miss
+            miss = np.int64(not want_resident)
+            for i in range(lo, hi):  # branch-free: which group a neuron is in is random
+                sel = np.int64(resident[i] == want_resident)
+                f = sel & np.int64(fired[i])
+                neurons[c] += sel
+                n_fired[c] += f
+                gate_miss[c] += sel & miss
+                ud_miss[c] += f & miss
+                fill += sel
+                full = np.int64(fill == cluster)
+                c += full
+                fill -= full * cluster
+    return bounds, neurons[:total], n_fired[:total], gate_miss[:total], ud_miss[:total]

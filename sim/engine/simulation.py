@@ -69,6 +69,11 @@ def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset:
 # Generated traces kept between runs (each as a ReplayTrace, so the chunks stay in memory
 # up to its byte limit): a sweep or a planner simulates many points on the same trace.
 GENERATED_TRACE_CACHE = 2
+# Chunks of a lazy trace read (or generated) ahead on a background thread while the engine runs.
+TRACE_READ_AHEAD = 2
+# Generated in chunks of this many tokens (the content does not depend on it): the run waits
+# for the first chunk only, so smaller chunks start it sooner; each costs a copy of the state.
+GENERATED_CHUNK_TOKENS = 32
 _GENERATED: OrderedDict[tuple, Trace] = OrderedDict()
 
 
@@ -86,7 +91,8 @@ def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -
     if key in _GENERATED:
         _GENERATED.move_to_end(key)
         return _GENERATED[key]
-    trace = replayable(synth_trace(name, dims, n_tokens, seed))
+    trace = replayable(synth_trace(name, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS),
+                       read_ahead=TRACE_READ_AHEAD)
     _GENERATED[key] = trace
     while len(_GENERATED) > GENERATED_TRACE_CACHE:
         _GENERATED.popitem(last=False)
@@ -136,7 +142,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     if profile_tokens is None:
         profile_tokens = DEFAULT_PROFILE_TOKENS if trace is None else 0
     first = profile_tokens + warmup_tokens
-    tr = replayable(resolve_trace(mod, trace, preset, first + decode_tokens, seed))
+    tr = replayable(resolve_trace(mod, trace, preset, first + decode_tokens, seed), read_ahead=TRACE_READ_AHEAD)
     env = simpy.Environment()
     compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
     compute = list(getattr(knob_values, "compute_cores", None) or compute)

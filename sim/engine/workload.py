@@ -8,7 +8,9 @@ PowerInfer's offline profiler uses to choose hot neurons.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,8 +45,8 @@ def key_base(meta: TraceMeta, layer: int, expert: np.ndarray | int) -> np.ndarra
     return (layer * meta.n_experts + expert) * meta.n_neurons
 
 
-def iter_token_layers(trace: Trace, start: int, stop: int) -> Iterator[tuple[int, list[LayerWork]]]:
-    """Yield (token, [LayerWork per layer]) for tokens in [start, stop)."""
+def iter_token_layers(trace: Trace, start: int, stop: int) -> Iterator[tuple[int, TokenWork]]:
+    """Yield (token, its :class:`TokenWork`) for tokens in [start, stop)."""
     meta = trace.meta
     for chunk in trace.chunks():
         c_end = chunk.start + chunk.n_tokens
@@ -54,49 +56,110 @@ def iter_token_layers(trace: Trace, start: int, stop: int) -> Iterator[tuple[int
             break
         for t in range(max(start, chunk.start), min(stop, c_end)):
             yield t, _token_work(chunk, meta, t)
+        if c_end >= stop:  # done: do not wait for (or generate) the next chunk
+            break
 
 
-def _token_work(chunk: TraceChunk, meta: TraceMeta, t: int) -> list[LayerWork]:
-    """All layers of one token at once: a few numpy calls per token, not per layer.
+class TokenWork(Sequence[LayerWork]):
+    """One token's work at every layer: flat key arrays plus per-layer bounds.
+
+    Compiled planners read the flat arrays (``active[a_bounds[l]:a_bounds[l + 1]]`` is layer
+    ``l``'s active set, sorted; the same for ``predicted``), which a trace chunk gives in one
+    gather. Code that walks layers one by one indexes or iterates it as a sequence of
+    :class:`LayerWork` (views into the same arrays, made on first use).
+    """
+
+    def __init__(self, experts: np.ndarray, active: np.ndarray, a_bounds: np.ndarray, predicted: np.ndarray,
+                 p_bounds: np.ndarray, layer_ids: np.ndarray | None = None):
+        self.experts = experts  # (n_layers, top_k), in the trace's order
+        # the model layer of each entry (all of them in order, unless made from a few layers)
+        self.layer_ids = np.arange(len(a_bounds) - 1) if layer_ids is None else layer_ids
+        self.active, self.a_bounds = active, a_bounds
+        self.predicted, self.p_bounds = predicted, p_bounds  # `predicted is active` under an oracle
+        self._layers: list[LayerWork] | None = None
+
+    @classmethod
+    def from_layers(cls, layers: Sequence[LayerWork]) -> TokenWork:
+        """The flat form of consecutive layers' work (layer ``i`` of it is ``layers[i]``)."""
+        if isinstance(layers, TokenWork):
+            return layers
+        oracle = all(w.predicted is w.active for w in layers)
+        active, a_bounds = _concat([w.active for w in layers])
+        predicted, p_bounds = (active, a_bounds) if oracle else _concat([w.predicted for w in layers])
+        experts = np.array([w.experts for w in layers], dtype=np.int64).reshape(len(layers), -1)
+        tw = cls(experts, active, a_bounds, predicted, p_bounds, np.array([w.layer for w in layers], dtype=np.int64))
+        tw._layers = list(layers)
+        return tw
+
+    @property
+    def layers(self) -> list[LayerWork]:
+        if self._layers is None:
+            a, p = self.a_bounds, self.p_bounds
+            oracle = self.predicted is self.active
+            self._layers = [LayerWork(int(self.layer_ids[i]), self.experts[i], act := self.active[a[i]:a[i + 1]],
+                                      act if oracle else self.predicted[p[i]:p[i + 1]])
+                            for i in range(len(a) - 1)]
+        return self._layers
+
+    def __len__(self) -> int:
+        return len(self.a_bounds) - 1
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.layers[i]
+
+    def __iter__(self) -> Iterator[LayerWork]:
+        return iter(self.layers)
+
+
+def _concat(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    bounds = np.zeros(len(parts) + 1, dtype=np.int64)
+    np.cumsum([x.size for x in parts], out=bounds[1:])
+    flat = np.concatenate(parts).astype(np.int64, copy=False) if parts else np.zeros(0, dtype=np.int64)
+    return flat, bounds
+
+
+def _token_work(chunk: TraceChunk, meta: TraceMeta, t: int) -> TokenWork:
+    """All layers of one token at once: one compiled gather per key set, nothing per layer.
 
     Each row's ids are sorted and unique and the experts of one layer are distinct, so a
     layer's keys come out sorted by laying its rows out in expert order (no sort needed).
     """
     experts = chunk.experts[t - chunk.start].astype(np.int64)  # (n_layers, top_k)
     order = np.argsort(experts, axis=1, kind="stable")
+    by_expert = np.take_along_axis(experts, order, axis=1)
     rows = chunk.row(t, 0, 0) + (np.arange(meta.n_layers)[:, None] * meta.top_k + order).reshape(-1)
-    base = ((np.arange(meta.n_layers)[:, None] * meta.n_experts
-             + np.take_along_axis(experts, order, axis=1)) * meta.n_neurons).reshape(-1)
+    base = ((np.arange(meta.n_layers)[:, None] * meta.n_experts + by_expert) * meta.n_neurons).reshape(-1)
     active, a_bounds = _gather_rows(chunk.offsets, chunk.ids, rows, base, meta.top_k)
     if chunk.pred_offsets is not None and chunk.pred_ids is not None:
         predicted, p_bounds = _gather_rows(chunk.pred_offsets, chunk.pred_ids, rows, base, meta.top_k)
     else:
         predicted, p_bounds = active, a_bounds
-    duplicate = np.zeros(meta.n_layers, dtype=bool)
-    if meta.top_k > 1:  # a malformed trace may repeat an expert: fall back to sorting that layer
-        srt = np.take_along_axis(experts, order, axis=1)
-        duplicate = np.any(srt[:, 1:] == srt[:, :-1], axis=1)
-    out = []
-    for layer in range(meta.n_layers):
-        act = active[a_bounds[layer]:a_bounds[layer + 1]]
-        pred = act if predicted is active else predicted[p_bounds[layer]:p_bounds[layer + 1]]
-        if duplicate[layer]:
-            act = np.sort(act)
-            pred = act if predicted is active else np.sort(pred)
-        out.append(LayerWork(layer, experts[layer], act, pred))
-    return out
+    if meta.top_k > 1:  # a malformed trace may repeat an expert: sort those layers' keys
+        for layer in np.flatnonzero(np.any(by_expert[:, 1:] == by_expert[:, :-1], axis=1)):
+            active[a_bounds[layer]:a_bounds[layer + 1]].sort()
+            if predicted is not active:
+                predicted[p_bounds[layer]:p_bounds[layer + 1]].sort()
+    return TokenWork(experts, active, a_bounds, predicted, p_bounds)
 
 
-def _gather_rows(offsets: np.ndarray, ids: np.ndarray, rows: np.ndarray, base: np.ndarray,
-                 top_k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Flat keys of ``rows`` (in that order) and each layer's bounds in the result."""
-    starts, lengths = offsets[rows], offsets[rows + 1] - offsets[rows]
-    ends = np.cumsum(lengths)
-    index = np.arange(int(ends[-1]) if ends.size else 0, dtype=np.int64) + np.repeat(starts - (ends - lengths),
-                                                                                     lengths)
-    keys = ids[index].astype(np.int64) + np.repeat(base, lengths)
-    bounds = np.zeros(rows.size // top_k + 1, dtype=np.int64)
-    bounds[1:] = ends[top_k - 1::top_k]
+@njit(cache=True)
+def _gather_rows(offsets, ids, rows, base, top_k):
+    """Flat keys of ``rows`` (in that order, row ``r`` offset by ``base[r]``) and each layer's
+    bounds in the result (a layer is ``top_k`` consecutive rows)."""
+    total = 0
+    for r in rows:
+        total += offsets[r + 1] - offsets[r]
+    keys = np.empty(total, dtype=np.int64)
+    bounds = np.zeros(rows.shape[0] // top_k + 1, dtype=np.int64)
+    n = 0
+    for j in range(rows.shape[0]):
+        r = rows[j]
+        b = base[j]
+        for i in range(offsets[r], offsets[r + 1]):
+            keys[n] = b + ids[i]
+            n += 1
+        if (j + 1) % top_k == 0:
+            bounds[(j + 1) // top_k] = n
     return keys, bounds
 
 
@@ -108,43 +171,133 @@ class ReplayTrace(Trace):
 
     A run reads its trace twice (the offline popularity profile, then the tokens), and a
     lazy trace would regenerate or re-read every chunk. This keeps the chunks read so far
-    while they total at most ``limit_bytes`` (beyond that it reads the source again).
+    while they total at most ``limit_bytes`` (beyond that it reads the source again). A
+    pass that stops early (the profile reads only the first tokens) leaves the source's
+    iterator where it stopped, so the next pass resumes it instead of generating the
+    first chunks a second time.
+
+    ``read_ahead > 0`` reads the source on a background thread, up to that many chunks
+    past the furthest one a pass has asked for. The trace generator's kernels release the
+    GIL, so on a machine with a spare core the next chunks are generated while the engine
+    simulates the current ones, and a run costs max(generation, simulation) rather than
+    their sum. The chunks and their order are the same either way.
     """
 
-    def __init__(self, source: Trace, limit_bytes: int = REPLAY_CACHE_BYTES):
+    def __init__(self, source: Trace, limit_bytes: int = REPLAY_CACHE_BYTES, read_ahead: int = 0):
         super().__init__(source.meta, None, path=source.path)
         self._source = source
         self._limit = limit_bytes
         self._kept: list[TraceChunk] = []
         self._kept_bytes = 0
         self._caching = True
+        self._reader: Iterator[TraceChunk] | None = None  # the source, positioned after the kept chunks
         self._complete = False  # the source has been read to its end
         self.profiles: dict[tuple[int, int], np.ndarray] = {}  # see popularity()
+        self._read_ahead = read_ahead
+        self._cond = threading.Condition()
+        self._wanted = 0  # the furthest chunk index a pass has asked for
+        self._error: BaseException | None = None
+        if read_ahead > 0:
+            threading.Thread(target=_read_ahead_worker, args=(weakref.ref(self), self._cond), daemon=True,
+                             name="trace-read-ahead").start()
 
     def chunks(self) -> Iterator[TraceChunk]:
-        n_kept = len(self._kept)
-        yield from self._kept[:n_kept]
-        if self._caching and self._complete:
-            return
-        for i, chunk in enumerate(self._source.chunks()):
-            if i < n_kept:
+        i = 0  # chunks this pass has yielded
+        while self._caching:
+            if self._read_ahead:
+                chunk = self._wait_for(i)
+                if chunk is None:
+                    if self._complete:
+                        return
+                    break  # the reader stopped keeping chunks: read the source below
+                yield chunk
+                i += 1
                 continue
-            if self._caching and i == len(self._kept):
-                self._kept_bytes += sum(a.nbytes for a in (chunk.offsets, chunk.ids, chunk.experts,
-                                                           chunk.pred_offsets, chunk.pred_ids) if a is not None)
-                if self._kept_bytes <= self._limit:
-                    self._kept.append(chunk)
-                else:
-                    self._caching, self._kept = False, []
+            if i < len(self._kept):
+                yield self._kept[i]
+                i += 1
+                continue
+            if self._complete:
+                return
+            if self._reader is None:
+                self._reader = iter(self._source.chunks())
+            chunk = next(self._reader, None)
+            if chunk is None:
+                self._complete, self._reader = True, None
+                return
+            if self._keep(chunk):
+                continue  # the loop yields it from the list
+            reader, self._reader = self._reader, None  # over the limit: this pass finishes on the reader
             yield chunk
-        self._complete = True
+            yield from reader
+            return
+        for j, chunk in enumerate(self._source.chunks()):  # not kept: read the source again
+            if j >= i:
+                yield chunk
+
+    def _wait_for(self, i: int) -> TraceChunk | None:
+        """Kept chunk ``i`` once the background reader has it; None at the end or past the limit."""
+        with self._cond:
+            if i > self._wanted:
+                self._wanted = i
+                self._cond.notify_all()
+            while i >= len(self._kept) and self._caching and not self._complete and self._error is None:
+                self._cond.wait()
+            if self._error is not None:
+                raise self._error
+            return self._kept[i] if i < len(self._kept) else None
+
+    def _keep(self, chunk: TraceChunk) -> bool:
+        """Keep ``chunk`` if the byte limit allows; past it, drop everything kept and stop keeping."""
+        self._kept_bytes += sum(a.nbytes for a in (chunk.offsets, chunk.ids, chunk.experts, chunk.pred_offsets,
+                                                   chunk.pred_ids) if a is not None)
+        if self._kept_bytes <= self._limit:
+            self._kept.append(chunk)
+            return True
+        self._caching, self._kept = False, []
+        return False
 
 
-def replayable(trace: Trace) -> Trace:
+def _read_ahead_worker(ref: weakref.ref[ReplayTrace], cond: threading.Condition) -> None:
+    """Fill a ReplayTrace's kept chunks ahead of its passes; holds the trace only weakly, so a
+    trace nobody uses any more is freed and the thread ends (it re-checks every second)."""
+    trace = ref()
+    if trace is None:
+        return
+    reader = iter(trace._source.chunks())
+    try:
+        while True:
+            with cond:
+                while trace._caching and len(trace._kept) > trace._wanted + trace._read_ahead:
+                    del trace
+                    cond.wait(timeout=1.0)
+                    trace = ref()
+                    if trace is None:
+                        return
+                if not trace._caching:
+                    return
+            chunk = next(reader, None)  # outside the lock: generating or reading happens here
+            with cond:
+                if chunk is None:
+                    trace._complete = True
+                else:
+                    trace._keep(chunk)
+                cond.notify_all()
+                if chunk is None or not trace._caching:
+                    return
+    except BaseException as exc:  # handed to the passes waiting for chunks
+        owner = ref()
+        with cond:
+            if owner is not None:
+                owner._error = exc
+            cond.notify_all()
+
+
+def replayable(trace: Trace, read_ahead: int = 0) -> Trace:
     """``trace`` itself when its chunks are in memory (or already kept), else a :class:`ReplayTrace`."""
     if isinstance(trace, ReplayTrace) or getattr(trace, "_chunks", None) is not None:
         return trace
-    return ReplayTrace(trace)
+    return ReplayTrace(trace, read_ahead=read_ahead)
 
 
 def popularity(trace: Trace, start: int, stop: int) -> np.ndarray:
@@ -176,6 +329,8 @@ def _count_activations(trace: Trace, start: int, stop: int) -> np.ndarray:
         r0, r1 = chunk.row(lo_t, 0, 0), chunk.row(hi_t - 1, meta.n_layers - 1, meta.top_k - 1) + 1
         _add_counts(counts, chunk.offsets, chunk.ids, chunk.experts.reshape(-1), r0, r1, meta.top_k, meta.n_layers,
                     meta.n_experts, meta.n_neurons)
+        if hi_t >= stop:
+            break
     return counts
 
 

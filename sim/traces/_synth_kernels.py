@@ -68,7 +68,7 @@ def stream_seed(key: np.uint64, t: int, layer: int, expert: int, stream: int) ->
     return _mix(s ^ np.uint64(stream))
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def route_chunk(t0, n_tok, key, pop, persistence, prev, has_prev, out):
     """Fill ``out[t, layer, :]`` with distinct experts for tokens ``t0 .. t0 + n_tok - 1``.
 
@@ -351,7 +351,7 @@ def _context_shift(t, key, share, static_p, p_by_id, refresh, state, last_t, wit
                 last_t[layer, e] = t
 
 
-@nb.njit(cache=True)
+@nb.njit(cache=True, nogil=True)
 def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
                  with_pred, z_by_id, z_refresh, z_state, recall,
                  group_size, group_of_id, group_p, strength,

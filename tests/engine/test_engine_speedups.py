@@ -17,10 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.engine.machine import Machine
-from sim.engine.scheduler import split_clusters
+from sim.engine.scheduler import route_neurons, split_clusters
 from sim.engine.simulation import simulate
-from sim.engine.strategies.powerinfer2 import _fired
-from sim.engine.workload import LayerWork, ReplayTrace, iter_token_layers, popularity
+from sim.engine.workload import LayerWork, ReplayTrace, TokenWork, iter_token_layers, popularity
 from sim.traces.format import Trace, TraceChunk, TraceMeta
 from sim.traces.params import SynthDims
 from sim.traces.synth import synth_trace
@@ -139,16 +138,31 @@ def test_cluster_split_matches_the_loop(bits, cluster):
 
 
 @settings(max_examples=60, deadline=None)
-@given(active=st.sets(st.integers(0, 499), max_size=200), extra=st.sets(st.integers(0, 499), max_size=100),
-       keep=st.floats(0, 1))
-def test_fired_matches_isin(active, extra, keep):
-    act = np.array(sorted(active), dtype=np.int64)
-    pred = np.array(sorted(active | extra), dtype=np.int64)
-    keys = pred[np.random.default_rng(0).random(pred.size) < keep]
-    scratch = np.zeros(500, dtype=bool)
-    work = LayerWork(0, np.zeros(1, dtype=np.int64), act, pred)
-    np.testing.assert_array_equal(_fired(keys, [work], scratch), np.isin(keys, act))
+@given(layers=st.lists(st.tuples(st.sets(st.integers(0, 99), max_size=60), st.sets(st.integers(0, 99), max_size=40)),
+                       min_size=1, max_size=4),
+       npu_share=st.floats(0, 1), hot_share=st.floats(0, 1), use_npu=st.booleans())
+def test_routing_matches_set_operations(layers, npu_share, hot_share, use_npu):
+    """route_neurons against plain numpy: NPU keys dropped, fired = in the active set, cold = not hot."""
+    rng = np.random.default_rng(len(layers))
+    n_keys = 100 * len(layers)
+    is_npu, is_hot = rng.random(n_keys) < npu_share, rng.random(n_keys) < hot_share
+    works = []
+    for i, (active, extra) in enumerate(layers):
+        act = np.array(sorted(active), dtype=np.int64) + 100 * i
+        pred = np.array(sorted(active | extra), dtype=np.int64) + 100 * i
+        works.append(LayerWork(i, np.zeros(1, dtype=np.int64), act, pred))
+    tw = TokenWork.from_layers(works)
+    scratch = np.zeros(n_keys, dtype=bool)
+    cpu, offsets, fired, hot, cold, cold_offsets = route_neurons(tw.predicted, tw.p_bounds, tw.active, is_npu,
+                                                                 use_npu, is_hot, scratch)
     assert not scratch.any()
+    for i, w in enumerate(works):
+        want = w.predicted[~is_npu[w.predicted]] if use_npu else w.predicted
+        got = cpu[offsets[i]:offsets[i + 1]]
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(fired[offsets[i]:offsets[i + 1]], np.isin(want, w.active))
+        np.testing.assert_array_equal(hot[offsets[i]:offsets[i + 1]], is_hot[want])
+        np.testing.assert_array_equal(cold[cold_offsets[i]:cold_offsets[i + 1]], want[~is_hot[want]])
 
 
 # -- replaying a lazy trace --------------------------------------------------------------------
@@ -156,11 +170,13 @@ def test_fired_matches_isin(active, extra, keep):
 class CountingTrace(Trace):
     def __init__(self, source: Trace):
         super().__init__(source.meta, None)
-        self.source, self.passes = source, 0
+        self.source, self.passes, self.read = source, 0, 0
 
     def chunks(self):
         self.passes += 1
-        yield from self.source.chunks()
+        for chunk in self.source.chunks():
+            self.read += 1
+            yield chunk
 
 
 def test_replayed_lazy_trace_gives_the_materialised_result():
@@ -181,6 +197,26 @@ def test_replay_reads_the_source_once_when_it_fits(limit):
     np.testing.assert_array_equal(first, popularity(source.source, 0, 14))
     assert tokens == list(range(14))
     assert source.passes == (1 if limit else 2)
+
+
+@pytest.mark.parametrize("limit", [0, 10**9])
+def test_a_pass_that_stops_early_is_resumed_not_repeated(limit):
+    """The profile reads only the first tokens; the run's pass must not generate them again."""
+    lazy = synth_trace(h.params(), SynthDims.from_model(h.model()), 14, seed=5, chunk_tokens=4)
+    source = CountingTrace(lazy)
+    replay = ReplayTrace(source, limit_bytes=limit)
+    profile = popularity(replay, 0, 4)  # one chunk, then the pass stops
+    inner = iter_token_layers(replay, 0, 14)
+    first = [next(inner)[0] for _ in range(6)]
+    nested = [t for t, _ in iter_token_layers(replay, 0, 14)]  # a second pass while the first is open
+    rest = [t for t, _ in inner]
+    np.testing.assert_array_equal(profile, popularity(lazy.materialise(), 0, 4))
+    assert first + rest == nested == list(range(14))
+    n_chunks = 4
+    if limit:
+        assert source.read == n_chunks and source.passes == 1
+    else:  # nothing kept: each of the three passes reads the source itself
+        assert source.passes == 3
 
 
 def test_split_clusters_of_a_token_match_the_per_layer_loop():

@@ -18,15 +18,17 @@ prefetches the next layer's non-resident FFN weights with large sequential reads
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from pydantic import Field
 
 from sim.engine.cluster_schedule import schedule_ffn_phase
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
-from sim.engine.scheduler import split_clusters
+from sim.engine.scheduler import route_neurons, split_clusters
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
-from sim.engine.workload import LayerWork
+from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
 
 
@@ -56,7 +58,8 @@ class PowerInfer2(Strategy):
                                  knobs.hot_share, ctx.policy or knobs.policy)
         self.use_npu = ctx.device.npu is not None and knobs.npu_activation_share > 0
         self.is_npu, self.npu_count = self._npu_set() if self.use_npu else (None, None)
-        self._scratch = np.zeros(ctx.n_keys, dtype=bool)  # see _fired
+        self._no_npu = np.zeros(1, dtype=bool)  # route_neurons' NPU set when the NPU is unused
+        self._scratch = np.zeros(ctx.n_keys, dtype=bool)  # route_neurons' marks of the active set
         bundle = ctx.model.bundle(ctx.dtype, ctx.device.storage.page_bytes)
         self.bundle = bundle
         gated = ctx.model.ffn_gated and knobs.split_gate_read
@@ -96,33 +99,30 @@ class PowerInfer2(Strategy):
         """(NPU neurons, clusters as arrays of neurons, fired, gate misses, up/down misses)."""
         return self._token_plan([work], t, stats)[0]
 
-    def _token_plan(self, layers: list[LayerWork], t: int,
+    def _token_plan(self, layers: Sequence[LayerWork], t: int,
                     stats: TokenStats) -> list[tuple[float, tuple[np.ndarray, ...]]]:
         """:meth:`_layer_plan` of every layer of a token, with one cache call for all of them.
 
         Nothing else touches the cache between a token's layers, so serving the layers'
         steps together gives the same hits as serving each when its FFN phase starts.
         """
-        n = len(layers)
-        predicted = layers[0].predicted if n == 1 else np.concatenate([w.predicted for w in layers])
-        bounds = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum([w.predicted.size for w in layers], out=bounds[1:])
-        n_npu = [0.0] * n
+        work = TokenWork.from_layers(layers)
+        n = len(work)
+        _cpu_keys, offsets, fired, hot, cold, cold_offsets = route_neurons(
+            work.predicted, work.p_bounds, work.active, self.is_npu if self.use_npu else self._no_npu, self.use_npu,
+            self.cache.is_hot, self._scratch)
         if self.use_npu:
-            on_cpu = ~self.is_npu[predicted]
-            cpu_keys = predicted[on_cpu]
-            before = np.zeros(predicted.size + 1, dtype=np.int64)
-            np.cumsum(on_cpu, out=before[1:])
-            offsets = before[bounds]
-            n_npu = [float(self.npu_count[w.layer, w.experts].sum()) for w in layers]
+            n_npu = self.npu_count[work.layer_ids[:, None], work.experts].sum(axis=1).astype(float).tolist()
         else:
-            cpu_keys, offsets = predicted, bounds
-        resident = self.cache.step_many(cpu_keys, offsets, token=t)
-        fired = _fired(cpu_keys, layers, self._scratch)
-        hits = int(np.count_nonzero(resident))
-        stats.requests += int(predicted.size)
-        stats.hits += int(predicted.size - cpu_keys.size) + hits
-        stats.misses += int(cpu_keys.size) - hits
+            n_npu = [0.0] * n
+        hit = self.cache.cold_hits(cold, cold_offsets, t)
+        resident = hot.copy()
+        resident[~hot] = hit
+        cold_hits = int(np.count_nonzero(hit))
+        n_predicted = int(work.predicted.size)
+        stats.requests += n_predicted
+        stats.hits += n_predicted - int(cold.size) + cold_hits
+        stats.misses += int(cold.size) - cold_hits
         bounds, *arrays = split_clusters(resident, fired, offsets, self.k.cluster_neurons)
         return [(n_npu[i], tuple(a[bounds[i]:bounds[i + 1]] for a in arrays)) for i in range(n)]
 
@@ -316,22 +316,6 @@ class PowerInfer2(Strategy):
                 stats.flash_bytes += g * self.gate_block + u * self.ud_block
             total += attn + pred + max(cpu_ffn, npu_ffn, io)
         return total + parallel(costs.lm_head(), dtype)
-
-
-def _fired(keys: np.ndarray, layers: list[LayerWork], scratch: np.ndarray) -> np.ndarray:
-    """Which of ``keys`` (a subset of the layers' predicted sets) are truly active.
-
-    ``scratch`` is an all-False bool array over every key; it is set and cleared here
-    (scatters and a gather beat a sorted-set search; layers' keys never overlap).
-    """
-    if all(w.predicted is w.active for w in layers):
-        return np.ones(keys.size, dtype=bool)
-    for w in layers:
-        scratch[w.active] = True
-    fired = scratch[keys]
-    for w in layers:
-        scratch[w.active] = False
-    return fired
 
 
 def _wo(w: Work) -> tuple[float, float]:
