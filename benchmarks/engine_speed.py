@@ -12,7 +12,7 @@ Figures printed (each the best of ``--repeat`` runs):
   OnePlus 12, the device's usable DRAM, the bundled ``turbosparse-mixtral-47b`` preset
   generated on the fly), without the CLI's interpreter start-up and imports;
 - the engine alone: the same run on a trace generated beforehand;
-- where the engine's time goes: policy kernel (``NeuronCache.step_many``, one call per token), the rest of the
+- where the engine's time goes: policy kernel (``NeuronCache.cold_hits``, one call per token), the rest of the
   per-layer planning (NPU split, fired test, cluster counts), trace decoding, strategy
   set-up (hot and NPU sets), and the discrete-event part (simpy events plus the
   strategy's and machine's generator code), with simpy events per token.
@@ -172,9 +172,9 @@ def main() -> None:
         simulation.simulate("oneplus-12", model, "powerinfer2", trace=trace, **kw)
         total = time.perf_counter() - t0
     planning = bd.seconds.get("per-layer planning, all", 0.0)
-    cache = bd.seconds.get("cache policy (NeuronCache.step_many)", 0.0)
+    cache = bd.seconds.get("cache policy (NeuronCache.cold_hits)", 0.0)
     rows = {
-        "cache policy (NeuronCache.step_many)": cache,
+        "cache policy (NeuronCache.cold_hits)": cache,
         "per-layer planning besides the cache": planning - cache,
         "trace decoding (per token)": bd.seconds.get("trace decoding (per token)", 0.0),
         "strategy set-up (hot and NPU sets)": bd.seconds.get("strategy set-up (hot and NPU sets)", 0.0),

@@ -23,6 +23,7 @@ from sim.hw.processors import accel_kernel_time_s, cpu_demand_gbps, cpu_kernel_t
 from sim.profiles.device import CpuCluster, DeviceProfile
 
 Event = Generator[Any, Any, Any]
+_CPU_ONLY = frozenset({"cpu"})
 
 
 @dataclass
@@ -267,21 +268,7 @@ class Machine:
         pool = self.free_threads
         grabbed = yield from self._take_many(pool, threads or len(self.threads))
         self.active_agents["cpu"] += 1
-        agents = self._agents()
-        # Threads take work in small chunks (as llama.cpp and PowerInfer do), so each gets a
-        # share proportional to its speed and all finish together.
-        # With nothing else on the CPU the phase's time depends on its own inputs only: remembered.
-        key = None if self.cpu_demand_gbps else (weight_bytes, ops, dtype, kernel, agents,
-                                                 tuple(th.name for th in grabbed))
-        duration = self._phase_memo.get(key) if key else None
-        if duration is None:
-            shares = self._cpu_shares(grabbed, weight_bytes, ops, dtype, agents, kernel)
-            duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops, shares, dtype, kernel)
-            if key and len(self._phase_memo) < 4096:
-                self._phase_memo[key] = duration
-        else:
-            for th in grabbed:
-                self.cpu_demand_gbps[th.name] = cpu_demand_gbps(th.core, weight_bytes, ops, dtype, kernel)
+        duration = self._barrier_duration(grabbed, weight_bytes, ops, dtype, kernel, self._agents())
         start = self.env.now
         self.usage.dram_bytes += weight_bytes
         yield self.env.timeout(duration)
@@ -293,6 +280,53 @@ class Machine:
             if self.record_spans:
                 self.spans.append(Span(th.name, name, start, start + duration, self.token))
         yield from self._give_many(pool, grabbed)
+
+    def _barrier_duration(self, grabbed: list[Thread], weight_bytes: float, ops: float, dtype: str, kernel: str,
+                          agents: frozenset[str], register: bool = True) -> float:
+        """A barrier phase's length on ``grabbed``; registers their DRAM demand (the caller
+        removes it) unless ``register`` is False (a closed stretch, where nobody reads it)."""
+        # Threads take work in small chunks (as llama.cpp and PowerInfer do), so each gets a
+        # share proportional to its speed and all finish together.
+        # With nothing else on the CPU the phase's time depends on its own inputs only: remembered.
+        key = None if self.cpu_demand_gbps else (weight_bytes, ops, dtype, kernel, agents,
+                                                 tuple(th.name for th in grabbed))
+        duration = self._phase_memo.get(key) if key else None
+        if duration is None:
+            shares = self._cpu_shares(grabbed, weight_bytes, ops, dtype, agents, kernel)
+            duration = cpu_parallel_time_s([th.core for th in grabbed], weight_bytes, ops, shares, dtype, kernel)
+            if key and len(self._phase_memo) < 4096:
+                self._phase_memo[key] = duration
+        elif register:
+            for th in grabbed:
+                self.cpu_demand_gbps[th.name] = cpu_demand_gbps(th.core, weight_bytes, ops, dtype, kernel)
+        return duration
+
+    # -- closed stretches (see closed()) --------------------------------------------------
+    def closed(self) -> bool:
+        """Whether the caller may run a stretch of sequential phases without yielding.
+
+        True when nothing else exists in the simulation (no event is due, every thread,
+        I/O thread and queue is free), no timeline is recorded and compiled phases are
+        allowed. Then a strategy whose phases follow one another (each a barrier) can add
+        their lengths to a local clock, exactly as the clock would advance, and yield once
+        at the end: the same times, busy seconds and traffic, without an event per phase.
+        """
+        return (self.fast_paths and self.compiled_phases and not self.record_spans
+                and self.env.peek() == math.inf and len(self.free_threads.items) == len(self.threads)
+                and len(self.io_free.items) == len(self.io_threads) and not self.storage.users
+                and not self.cpu_demand_gbps and not any(self.active_agents.values()))
+
+    def closed_parallel(self, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
+                        kernel: str = "dense_gemv") -> float:
+        """:meth:`cpu_parallel` inside a closed stretch: its length, with the same accounting."""
+        grabbed = self.threads_by_speed[: threads or len(self.threads)]  # what the pool would hand out
+        duration = self._barrier_duration(grabbed, weight_bytes, ops, dtype, kernel, _CPU_ONLY, register=False)
+        self.cpu_demand_gbps.clear()  # set on a first computation
+        self.usage.dram_bytes += weight_bytes
+        busy = self.usage.busy_s
+        for th in grabbed:
+            busy[th.name] += duration
+        return duration
 
     # -- storage ---------------------------------------------------------------------------
     def read(self, name: str, n_requests: int, block_bytes: int, *, sequential: bool = False,

@@ -65,9 +65,15 @@ def budget_bytes(raw, device, resident_fraction: float) -> int:
 REL = 1e-9
 
 
+# Only stack policies: a bigger LRU cache holds everything a smaller one would, so no
+# request misses that the smaller cache hits. FIFO-family policies (S3-FIFO, FIFO, CLOCK)
+# lack that inclusion property and show Belady's anomaly: hypothesis found tiny-dense, seed 2,
+# s3fifo, 0% -> 3.5% of FFN resident, where the last token misses once more with the bigger
+# cache and decode is 0.2% slower. That is the policy's behaviour, not the engine's (a test in
+# tests/engine/test_policy_anomaly.py pins it).
 @SETTINGS
 @given(raw=MODELS, fractions=st.lists(st.floats(0.0, 1.0), min_size=2, max_size=2, unique=True),
-       seed=st.integers(0, 3), policy=st.sampled_from([None, "lru", "s3fifo"]))
+       seed=st.integers(0, 3), policy=st.sampled_from([None, "lru"]))
 def test_tokens_per_s_never_drops_when_memory_budget_grows(raw, fractions, seed, policy):
     dev = h.device()
     small, large = sorted(fractions)

@@ -137,6 +137,9 @@ class PowerInfer2(Strategy):
         m, costs, env = self.ctx.machine, self.ctx.costs, self.ctx.machine.env
         dtype = self.ctx.dtype
         plans = self._token_plan(layers, t, stats)
+        if self._compiled_phase() and m.closed():
+            yield env.timeout(m.delay_until(self._closed_token(plans, context_tokens, stats)))
+            return
         for n_npu, clusters in plans:
             t0 = env.now
             yield from m.cpu_parallel("attention", *_wo(costs.attention(context_tokens) + costs.router()), dtype)
@@ -173,11 +176,40 @@ class PowerInfer2(Strategy):
         return (m.compiled_phases and not m.record_spans and len(m.io_threads) == 1
                 and m.storage.capacity == 1)
 
+    def _closed_token(self, plans: list[tuple[float, tuple[np.ndarray, ...]]], context_tokens: int,
+                      stats: TokenStats) -> float:
+        """A whole decode token when nothing else runs (:meth:`Machine.closed`): its phases
+        follow one another, so their lengths add up on a local clock exactly as the simpy
+        clock would (the per-phase path above is the reference; a test runs both ways).
+        Returns the time the token ends."""
+        m, costs, dtype = self.ctx.machine, self.ctx.costs, self.ctx.dtype
+        attention = _wo(costs.attention(context_tokens) + costs.router())
+        predictor, pred_dtype = _wo(costs.predictor()), self.ctx.model.predictor.dtype
+        now = m.env.now
+        for n_npu, clusters in plans:
+            t0 = now
+            now = now + m.closed_parallel(*attention, dtype)
+            t1 = now
+            now = now + m.closed_parallel(*predictor, pred_dtype)
+            t2 = now
+            now = self._ffn_schedule(now, n_npu, clusters, stats)
+            stats.add_phase("attention_s", t1 - t0)
+            stats.add_phase("predictor_s", t2 - t1)
+            stats.add_phase("ffn_s", now - t2)
+        t3 = now
+        now = now + m.closed_parallel(*_wo(costs.lm_head()), dtype)
+        stats.add_phase("lm_head_s", now - t3)
+        return now
+
     def _ffn_phase(self, n_npu: float, clusters: tuple[np.ndarray, ...], stats: TokenStats) -> Event:
         """The layer's FFN phase as one simpy event: NPU job and CPU clusters, scheduled at once."""
+        m = self.ctx.machine
+        yield m.env.timeout(m.delay_until(self._ffn_schedule(m.env.now, n_npu, clusters, stats)))
+
+    def _ffn_schedule(self, now: float, n_npu: float, clusters: tuple[np.ndarray, ...], stats: TokenStats) -> float:
+        """Schedule the FFN phase starting at ``now`` (:mod:`sim.engine.cluster_schedule`), account
+        its busy time and traffic, and return when it ends."""
         m, costs, dtype, model = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.model
-        env = m.env
-        now = env.now
         npu_end = now
         if n_npu:  # started first, while no CPU job runs (as the per-cluster processes do)
             w = costs.neurons(n_npu)
@@ -212,7 +244,7 @@ class PowerInfer2(Strategy):
             m.usage.flash_requests += n_gate + n_ud
             m.usage.busy_s["storage"] += float(io_busy[0])
             m.usage.busy_s[m.io_threads[0].name] += float(io_busy[0])
-        yield env.timeout(m.delay_until(end))
+        return end
 
     def _thread_table(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Per compute thread (fastest first) its rate and reach; the CPU's DRAM figure
