@@ -19,6 +19,7 @@ prefetches the next layer's non-resident FFN weights with large sequential reads
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import Field
@@ -42,6 +43,20 @@ class PowerInfer2Knobs(Knobs):
     split_gate_read: bool = True  # [PI2 §4.4]: Gate first, Up/Down only if the gate fired
     prefill_on_npu: bool = True  # [PI2 §4.1]
     prefill_block_bytes: int = Field(512 * 1024, ge=4096)  # sequential prefetch reads
+
+
+@dataclass(frozen=True)
+class TokenPlan:
+    """A token's FFN work as the scheduler split it: per layer the NPU's neuron count, and
+    per cluster (layer ``i``'s are ``[bounds[i], bounds[i + 1])``) its neurons, how many
+    fired, Gate misses and Up/Down misses."""
+
+    n_npu: list[float]
+    bounds: np.ndarray
+    arrays: tuple[np.ndarray, ...]
+
+    def clusters(self, i: int) -> tuple[np.ndarray, ...]:
+        return tuple(a[self.bounds[i]:self.bounds[i + 1]] for a in self.arrays)
 
 
 @register
@@ -97,10 +112,10 @@ class PowerInfer2(Strategy):
     # -- per-layer plan (shared by DES and analytic) ---------------------------------------
     def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[float, tuple[np.ndarray, ...]]:
         """(NPU neurons, clusters as arrays of neurons, fired, gate misses, up/down misses)."""
-        return self._token_plan([work], t, stats)[0]
+        plan = self._token_plan([work], t, stats)
+        return plan.n_npu[0], plan.clusters(0)
 
-    def _token_plan(self, layers: Sequence[LayerWork], t: int,
-                    stats: TokenStats) -> list[tuple[float, tuple[np.ndarray, ...]]]:
+    def _token_plan(self, layers: Sequence[LayerWork], t: int, stats: TokenStats) -> TokenPlan:
         """:meth:`_layer_plan` of every layer of a token, with one cache call for all of them.
 
         Nothing else touches the cache between a token's layers, so serving the layers'
@@ -124,7 +139,7 @@ class PowerInfer2(Strategy):
         stats.hits += n_predicted - int(cold.size) + cold_hits
         stats.misses += int(cold.size) - cold_hits
         bounds, *arrays = split_clusters(resident, fired, offsets, self.k.cluster_neurons)
-        return [(n_npu[i], tuple(a[bounds[i]:bounds[i + 1]] for a in arrays)) for i in range(n)]
+        return TokenPlan(n_npu, bounds, tuple(arrays))
 
     def _cluster_reads(self, gate_miss, ud_miss):  # ints or arrays of them
         """(gate-read requests, up/down-read requests) for clusters' missing neurons."""
@@ -136,11 +151,12 @@ class PowerInfer2(Strategy):
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
         m, costs, env = self.ctx.machine, self.ctx.costs, self.ctx.machine.env
         dtype = self.ctx.dtype
-        plans = self._token_plan(layers, t, stats)
+        plan = self._token_plan(layers, t, stats)
         if self._compiled_phase() and m.closed():
-            yield env.timeout(m.delay_until(self._closed_token(plans, context_tokens, stats)))
+            yield env.timeout(m.delay_until(self._closed_token(plan, context_tokens, stats)))
             return
-        for n_npu, clusters in plans:
+        for i, n_npu in enumerate(plan.n_npu):
+            clusters = plan.clusters(i)
             t0 = env.now
             yield from m.cpu_parallel("attention", *_wo(costs.attention(context_tokens) + costs.router()), dtype)
             t1 = env.now
@@ -176,8 +192,7 @@ class PowerInfer2(Strategy):
         return (m.compiled_phases and not m.record_spans and len(m.io_threads) == 1
                 and m.storage.capacity == 1)
 
-    def _closed_token(self, plans: list[tuple[float, tuple[np.ndarray, ...]]], context_tokens: int,
-                      stats: TokenStats) -> float:
+    def _closed_token(self, plan: TokenPlan, context_tokens: int, stats: TokenStats) -> float:
         """A whole decode token when nothing else runs (:meth:`Machine.closed`): its phases
         follow one another, so their lengths add up on a local clock exactly as the simpy
         clock would (the per-phase path above is the reference; a test runs both ways).
@@ -186,13 +201,15 @@ class PowerInfer2(Strategy):
         attention = _wo(costs.attention(context_tokens) + costs.router())
         predictor, pred_dtype = _wo(costs.predictor()), self.ctx.model.predictor.dtype
         now = m.env.now
-        for n_npu, clusters in plans:
+        jobs = self._cluster_jobs(plan.arrays)  # every layer's at once; sliced per layer below
+        bounds = plan.bounds.tolist()
+        for i, n_npu in enumerate(plan.n_npu):
             t0 = now
             now = now + m.closed_parallel(*attention, dtype)
             t1 = now
             now = now + m.closed_parallel(*predictor, pred_dtype)
             t2 = now
-            now = self._ffn_schedule(now, n_npu, clusters, stats)
+            now = self._ffn_schedule(now, n_npu, tuple(a[bounds[i]:bounds[i + 1]] for a in jobs), stats)
             stats.add_phase("attention_s", t1 - t0)
             stats.add_phase("predictor_s", t2 - t1)
             stats.add_phase("ffn_s", now - t2)
@@ -204,12 +221,24 @@ class PowerInfer2(Strategy):
     def _ffn_phase(self, n_npu: float, clusters: tuple[np.ndarray, ...], stats: TokenStats) -> Event:
         """The layer's FFN phase as one simpy event: NPU job and CPU clusters, scheduled at once."""
         m = self.ctx.machine
-        yield m.env.timeout(m.delay_until(self._ffn_schedule(m.env.now, n_npu, clusters, stats)))
+        yield m.env.timeout(m.delay_until(self._ffn_schedule(m.env.now, n_npu, self._cluster_jobs(clusters), stats)))
 
-    def _ffn_schedule(self, now: float, n_npu: float, clusters: tuple[np.ndarray, ...], stats: TokenStats) -> float:
+    def _cluster_jobs(self, clusters: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """Per cluster: Gate reads, Up/Down reads, (Gate, Up/Down) weight bytes and ops, and
+        whether it has Up/Down work; elementwise, so a token's arrays slice into its layers'."""
+        costs, model = self.ctx.costs, self.ctx.model
+        n, fired, gate_miss, ud_miss = clusters
+        gate_reads, ud_reads = self._cluster_reads(gate_miss, ud_miss)
+        gate_w = costs.neurons(n, 1)
+        ud_w = costs.neurons(fired, model.ffn_matrices - 1)
+        job_bytes = np.stack((np.asarray(gate_w.weight_bytes, dtype=float), np.asarray(ud_w.weight_bytes, float)), 1)
+        job_ops = np.stack((np.asarray(gate_w.ops, dtype=float), np.asarray(ud_w.ops, dtype=float)), 1)
+        return gate_reads, ud_reads, job_bytes, job_ops, fired > 0
+
+    def _ffn_schedule(self, now: float, n_npu: float, jobs: tuple[np.ndarray, ...], stats: TokenStats) -> float:
         """Schedule the FFN phase starting at ``now`` (:mod:`sim.engine.cluster_schedule`), account
         its busy time and traffic, and return when it ends."""
-        m, costs, dtype, model = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.model
+        m, costs, dtype = self.ctx.machine, self.ctx.costs, self.ctx.dtype
         npu_end = now
         if n_npu:  # started first, while no CPU job runs (as the per-cluster processes do)
             w = costs.neurons(n_npu)
@@ -217,13 +246,7 @@ class PowerInfer2(Strategy):
             npu_end = now + d
             m.usage.busy_s["npu"] += d
             m.usage.dram_bytes += w.weight_bytes
-        n, fired, gate_miss, ud_miss = clusters
-        gate_reads, ud_reads = self._cluster_reads(gate_miss, ud_miss)
-        gate_w = costs.neurons(n, 1)
-        ud_w = costs.neurons(fired, model.ffn_matrices - 1)
-        job_bytes = np.stack((np.asarray(gate_w.weight_bytes, dtype=float), np.asarray(ud_w.weight_bytes, float)), 1)
-        job_ops = np.stack((np.asarray(gate_w.ops, dtype=float), np.asarray(ud_w.ops, dtype=float)), 1)
-        has_ud = fired > 0
+        gate_reads, ud_reads, job_bytes, job_ops, has_ud = jobs
         rate, mem, alone, with_npu = self._thread_table()
         busy = np.zeros(rate.shape[0])
         io_busy = np.zeros(1)
