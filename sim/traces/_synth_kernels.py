@@ -351,6 +351,14 @@ def _context_shift(t, key, share, static_p, p_by_id, refresh, state, last_t, wit
                 last_t[layer, e] = t
 
 
+@nb.njit(cache=True)
+def _grown(buf, used, need):
+    """A copy of ``buf[:used]`` in a buffer of at least ``need`` entries (doubling)."""
+    out = np.empty(max(need, 2 * buf.shape[0]), buf.dtype)
+    out[:used] = buf[:used]
+    return out
+
+
 @nb.njit(cache=True, nogil=True)
 def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
                  with_pred, z_by_id, z_refresh, z_state, recall,
@@ -361,8 +369,8 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
     Rows are produced in the format's (token, layer, slot) order straight into output
     buffers of ``cap_active`` / ``cap_pred`` entries, whose first ``n`` / ``m`` entries the
     caller keeps (no copy). Each row's ids come out sorted because neurons are visited in
-    id order. Returns ``ok = False`` if a buffer was too small: the caller restores its
-    state and retries with bigger ones. ``active_count[layer]`` accumulates realised
+    id order. A buffer that turns out too small is grown in place (so the chains' state
+    never needs a snapshot to retry from); ``ok`` is always True. ``active_count[layer]`` accumulates realised
     activations for the density report. Context shifts (``drift_rate > 0``) rewrite
     ``p_by_id``, ``z_by_id`` and ``group_of_id`` in place, so the caller restores them too.
     (A numba ``prange`` over layers was tried: on this shared 2-core machine it was slower.)
@@ -387,8 +395,10 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
                            z_refresh, z_state, recall, group_size, group_of_id, group_p, strength, keep, gev, idx)
         for layer in range(n_layers):
             for slot in range(top_k):
-                if n + n_neurons > cap_active or (with_pred and m + n_neurons > cap_pred):
-                    return False, offsets, ids, n, pred_offsets, pred_ids, m
+                if n + n_neurons > ids.shape[0]:  # a rare fluctuation: grow the buffer
+                    ids = _grown(ids, n, n + n_neurons)
+                if with_pred and m + n_neurons > pred_ids.shape[0]:
+                    pred_ids = _grown(pred_ids, m, m + n_neurons)
                 e = np.int64(experts[i, layer, slot])
                 last = last_t[layer, e]
                 if last < 0:

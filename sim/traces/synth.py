@@ -58,7 +58,7 @@ __all__ = ["SynthDims", "SyntheticTrace", "TraceSynthesizer", "solve_propensitie
            "synthesize", "write_synthetic"]
 
 
-_BUFFER_FACTOR = 1.15  # output buffers: expected ids x this (a retry doubles them)
+_BUFFER_FACTOR = 1.15  # output buffers: expected ids x this (the kernel grows them if short)
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
@@ -156,8 +156,7 @@ class TraceSynthesizer:
 
     Memory is dominated by per-neuron tables of ``layers * experts * neurons`` entries
     (about 70 MB for Mixtral-47B) plus one chunk of output. With drift the propensity
-    tables are state too (context shifts rewrite them), copied once per chunk that holds
-    a shift so that a buffer retry can restore them.
+    tables are state too (context shifts rewrite them in place).
     """
 
     def __init__(self, params: SynthParams, dims: SynthDims, seed: int = 0, *, predictions: bool | None = None):
@@ -265,24 +264,13 @@ class TraceSynthesizer:
         slack = 2 * self.state.shape[2] + 1024
         cap_a = int(rows * d.n_neurons * tb.density.mean() * _BUFFER_FACTOR) + slack
         cap_p = int(rows * d.n_neurons * tb.expected_predicted.mean() * _BUFFER_FACTOR) + slack
-        drifting = self.drift_rate > 0 and K.drift_events(self.key, self.t, self.t + n_tokens, self.drift_rate,
-                                                           self.drift_regular).size > 0
-        while True:
-            saved = (self.state.copy(), self.z_state.copy(), self.last_t.copy(), self.active_count.copy())
-            tables = (tb.p_by_id.copy(), tb.z_by_id.copy(), tb.group_of_id.copy()) if drifting else None
-            ok, offsets, ids, n, pred_off, pred_ids, m = K.neuron_chunk(
-                self.t, self.key, experts, tb.p_by_id, self.refresh, self.state, self.last_t,
-                self.with_pred, tb.z_by_id, self.z_refresh, self.z_state, self.recall,
-                self.group_size, tb.group_of_id, tb.group_p, self.strength,
-                self.drift_rate, self.drift_regular, self.drift_share, self.drift_static_p, self.active_count,
-                cap_a, cap_p)
-            if ok:
-                break
-            # the chunk outgrew its buffer (a rare fluctuation): restore the chains and retry bigger
-            self.state, self.z_state, self.last_t, self.active_count = saved
-            if tables is not None:  # context shifts rewrote the propensity tables
-                tb.p_by_id, tb.z_by_id, tb.group_of_id = tables
-            cap_a, cap_p = 2 * cap_a, 2 * cap_p
+        ok, offsets, ids, n, pred_off, pred_ids, m = K.neuron_chunk(
+            self.t, self.key, experts, tb.p_by_id, self.refresh, self.state, self.last_t,
+            self.with_pred, tb.z_by_id, self.z_refresh, self.z_state, self.recall,
+            self.group_size, tb.group_of_id, tb.group_p, self.strength,
+            self.drift_rate, self.drift_regular, self.drift_share, self.drift_static_p, self.active_count,
+            cap_a, cap_p)
+        assert ok
         # views of the first n / m entries: the untouched tail of the buffer costs no memory
         ids, pred_ids = ids[:n], pred_ids[:m]
         chunk = TraceChunk(self.t, offsets, ids, experts, pred_off if self.with_pred else None,

@@ -153,14 +153,14 @@ def test_bad_parameters_are_one_line_errors(change, field):
         assert info.value.field == field
 
 
-def test_buffer_overflow_retry_gives_the_same_trace(monkeypatch):
+def test_buffer_overflow_growth_gives_the_same_trace(monkeypatch):
     import sim.traces.synth as synth_module
 
     dims = SynthDims(2, 300, 16, 4, 2)
     normal = _flat(synthesize(_params(MOE), dims, 30, seed=6, chunk_tokens=8))
-    monkeypatch.setattr(synth_module, "_BUFFER_FACTOR", 0.001)  # every chunk overflows at first
-    retried = _flat(synthesize(_params(MOE), dims, 30, seed=6, chunk_tokens=8))
-    assert _same(normal[0], retried[0]) and _same(normal[1], retried[1]) and np.array_equal(normal[2], retried[2])
+    monkeypatch.setattr(synth_module, "_BUFFER_FACTOR", 0.001)  # every chunk outgrows its first buffers
+    grown = _flat(synthesize(_params(MOE), dims, 30, seed=6, chunk_tokens=8))
+    assert _same(normal[0], grown[0]) and _same(normal[1], grown[1]) and np.array_equal(normal[2], grown[2])
 
 
 # -- context shifts (drift) ---------------------------------------------------------------------
