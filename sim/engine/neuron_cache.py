@@ -63,7 +63,8 @@ class NeuronCache:
             top = np.argpartition(-popularity[candidates], fit - 1)[:fit]
             candidates = candidates[top]
         order = candidates[np.argsort(popularity[candidates], kind="stable")]
-        self.policy.step(order.astype(np.int64), token=-1, check=False)
+        # one step at token -1 (before the run), as the replay fast path: no eviction list
+        self.policy.run(order.astype(np.int64), np.array([0, order.size]), tokens=np.array([-1]))
 
     def step_many(self, keys: np.ndarray, offsets: np.ndarray, token: int) -> np.ndarray:
         """Serve several steps of one token at once (``keys[offsets[i]:offsets[i+1]]`` is step

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from sim.engine.machine import Machine
 from sim.engine.scheduler import route_neurons, split_clusters
 from sim.engine.simulation import simulate
+from sim.engine.strategies.powerinfer2 import _top_share
 from sim.engine.workload import LayerWork, ReplayTrace, TokenWork, iter_token_layers, popularity
 from sim.traces.format import Trace, TraceChunk, TraceMeta
 from sim.traces.params import SynthDims
@@ -283,3 +284,24 @@ def test_popularity_counts_every_active_key_of_the_tokens(start, stop):
     keys = [w.active for _, layers in iter_token_layers(trace, start, stop) for w in layers]
     want = np.bincount(np.concatenate(keys), minlength=meta.n_layers * meta.n_experts * meta.n_neurons)
     np.testing.assert_array_equal(popularity(trace, start, stop), want)
+
+
+# -- the NPU's hot set ---------------------------------------------------------------------------
+
+def reference_top_share(per: np.ndarray, share: float) -> np.ndarray:
+    """The sort-based selection the strategy used before the counting sort."""
+    order = np.argsort(-per, axis=1, kind="stable")
+    counts = np.take_along_axis(per, order, axis=1)
+    before = np.cumsum(counts, axis=1) - counts
+    take = (before < share * np.maximum(counts.sum(axis=1, keepdims=True), 1)) & (counts > 0)
+    out = np.zeros_like(per, dtype=bool)
+    np.put_along_axis(out, order, take, axis=1)
+    return out
+
+
+@settings(max_examples=80, deadline=None)
+@given(rows=st.integers(1, 5), n=st.integers(1, 60), top=st.integers(0, 12), share=st.floats(0, 1),
+       seed=st.integers(0, 99))
+def test_npu_share_selection_matches_the_sort(rows, n, top, share, seed):
+    per = np.random.default_rng(seed).integers(0, top + 1, size=(rows, n)).astype(np.int64)
+    np.testing.assert_array_equal(_top_share(per, share), reference_top_share(per, share))
