@@ -21,6 +21,7 @@ from sim.engine.scheduler import route_neurons, split_clusters
 from sim.engine.simulation import simulate
 from sim.engine.strategies.powerinfer2 import _top_share
 from sim.engine.workload import LayerWork, ReplayTrace, TokenWork, iter_token_layers, popularity
+from sim.errors import SimError
 from sim.traces.format import Trace, TraceChunk, TraceMeta
 from sim.traces.params import SynthDims
 from sim.traces.synth import synth_trace
@@ -305,3 +306,54 @@ def reference_top_share(per: np.ndarray, share: float) -> np.ndarray:
 def test_npu_share_selection_matches_the_sort(rows, n, top, share, seed):
     per = np.random.default_rng(seed).integers(0, top + 1, size=(rows, n)).astype(np.int64)
     np.testing.assert_array_equal(_top_share(per, share), reference_top_share(per, share))
+
+
+# -- reading a lazy trace ahead -----------------------------------------------------------------
+
+class FailingTrace(Trace):
+    """Yields its source's first chunk, then fails as a corrupt file would."""
+
+    def __init__(self, source: Trace):
+        super().__init__(source.meta, None)
+        self.source = source
+
+    def chunks(self):
+        for i, chunk in enumerate(self.source.chunks()):
+            if i == 1:
+                raise SimError("chunk 1 is corrupt", source="trace.parquet", field="ids")
+            yield chunk
+
+
+def test_read_ahead_gives_the_same_tokens_and_profile():
+    lazy = synth_trace(h.params(), SynthDims.from_model(h.model()), 14, seed=5, chunk_tokens=3)
+    ahead = ReplayTrace(lazy, read_ahead=2)
+    plain = lazy.materialise()
+    np.testing.assert_array_equal(popularity(ahead, 0, 5), popularity(plain, 0, 5))
+    got = [(t, w.predicted.tolist()) for t, w in iter_token_layers(ahead, 2, 14)]
+    want = [(t, w.predicted.tolist()) for t, w in iter_token_layers(plain, 2, 14)]
+    assert got == want
+
+
+def test_read_ahead_hands_a_source_error_to_the_pass():
+    source = FailingTrace(synth_trace(h.params(), SynthDims.from_model(h.model()), 14, seed=5, chunk_tokens=4))
+    ahead = ReplayTrace(source, read_ahead=2)
+    with pytest.raises(SimError, match="chunk 1 is corrupt"):
+        list(iter_token_layers(ahead, 0, 14))
+
+
+def test_read_ahead_thread_ends_when_the_trace_is_dropped():
+    import gc
+    import threading
+    import time
+
+    lazy = synth_trace(h.params(), SynthDims.from_model(h.model()), 40, seed=5, chunk_tokens=2)
+    before = set(threading.enumerate())
+    ahead = ReplayTrace(lazy, read_ahead=1)
+    [reader] = [t for t in threading.enumerate() if t not in before and t.name == "trace-read-ahead"]
+    next(iter_token_layers(ahead, 0, 40))  # the reader now waits for passes to catch up
+    time.sleep(0.1)
+    assert reader.is_alive()
+    del ahead
+    gc.collect()
+    reader.join(timeout=5)
+    assert not reader.is_alive()
