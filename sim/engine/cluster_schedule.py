@@ -270,3 +270,60 @@ def _start_job(c, s, th, now, job_bytes, job_ops, thread_rate, thread_mem, rates
         d = max(memory_s, ops / (rate * 1e9))
     thread_busy[th] += d
     _push(heap_t, heap_s, heap_k, heap_i, st, now + d, _JOB, c * thread_rate.shape[0] + th)
+
+
+@njit(cache=True)
+def schedule_token(now, attention_s, predictor_s, head_s, npu_s, bounds, gate_reads, ud_reads, job_bytes, job_ops,
+                   has_ud, thread_rate, thread_mem, cpu_gbps_alone, cpu_gbps_with_npu, latency_s, gate_block,
+                   gate_gbps, ud_block, ud_gbps, thread_busy, layer_out):
+    """A whole decode token in a closed stretch (nothing else runs): per layer the attention
+    and predictor barrier phases (``attention_s``/``predictor_s`` on every compute thread),
+    then the FFN phase of :func:`schedule_ffn_phase` with the NPU's job of ``npu_s[l]``
+    seconds (none when 0) and clusters ``bounds[l]:bounds[l + 1]``; then the LM head.
+
+    The clock advances by the same float additions the per-phase path makes, and
+    ``thread_busy`` (the compute threads' running totals, fastest first) gets the same
+    additions in the same order, so both paths agree to the bit. Per layer ``layer_out``
+    gets [attention, predictor and FFN seconds, I/O-thread busy seconds, FFN bytes]. Returns
+    the time the token ends.
+    """
+    n_threads = thread_rate.shape[0]
+    busy = np.zeros(n_threads)
+    io_busy = np.zeros(1)
+    for layer in range(bounds.shape[0] - 1):
+        t0 = now
+        now = now + attention_s
+        for th in range(n_threads):
+            thread_busy[th] += attention_s
+        t1 = now
+        now = now + predictor_s
+        for th in range(n_threads):
+            thread_busy[th] += predictor_s
+        t2 = now
+        npu_end = now + npu_s[layer] if npu_s[layer] > 0.0 else now
+        lo = bounds[layer]
+        hi = bounds[layer + 1]
+        busy[:] = 0.0
+        io_busy[0] = 0.0
+        end = schedule_ffn_phase(now, gate_reads[lo:hi], ud_reads[lo:hi], job_bytes[lo:hi], job_ops[lo:hi],
+                                 has_ud[lo:hi], thread_rate, thread_mem, cpu_gbps_alone, cpu_gbps_with_npu, npu_end,
+                                 latency_s, gate_block, gate_gbps, ud_block, ud_gbps, busy, io_busy)
+        for th in range(n_threads):
+            if busy[th] != 0.0:
+                thread_busy[th] += busy[th]
+        ffn_bytes = 0.0
+        for c in range(lo, hi):
+            ffn_bytes += job_bytes[c, 0]
+            if has_ud[c]:
+                ffn_bytes += job_bytes[c, 1]
+        now = end
+        layer_out[layer, 0] = t1 - t0
+        layer_out[layer, 1] = t2 - t1
+        layer_out[layer, 2] = end - t2
+        layer_out[layer, 3] = io_busy[0]
+        layer_out[layer, 4] = ffn_bytes
+    t3 = now
+    now = now + head_s
+    for th in range(n_threads):
+        thread_busy[th] += head_s
+    return now, now - t3

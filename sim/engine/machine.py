@@ -316,16 +316,14 @@ class Machine:
                 and len(self.io_free.items) == len(self.io_threads) and not self.storage.users
                 and not self.cpu_demand_gbps and not any(self.active_agents.values()))
 
-    def closed_parallel(self, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
-                        kernel: str = "dense_gemv") -> float:
-        """:meth:`cpu_parallel` inside a closed stretch: its length, with the same accounting."""
-        grabbed = self.threads_by_speed[: threads or len(self.threads)]  # what the pool would hand out
+    def barrier_s(self, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
+                  kernel: str = "dense_gemv") -> float:
+        """The length :meth:`cpu_parallel` would give a phase started in a closed stretch (on
+        the threads the pool would hand out, the CPU alone on DRAM); the caller books the
+        busy time and traffic."""
+        grabbed = self.threads_by_speed[: threads or len(self.threads)]
         duration = self._barrier_duration(grabbed, weight_bytes, ops, dtype, kernel, _CPU_ONLY, register=False)
         self.cpu_demand_gbps.clear()  # set on a first computation
-        self.usage.dram_bytes += weight_bytes
-        busy = self.usage.busy_s
-        for th in grabbed:
-            busy[th.name] += duration
         return duration
 
     # -- storage ---------------------------------------------------------------------------

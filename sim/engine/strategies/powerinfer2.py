@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit
 from pydantic import Field
 
-from sim.engine.cluster_schedule import schedule_ffn_phase
+from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
 from sim.engine.scheduler import route_neurons, split_clusters
@@ -85,6 +85,7 @@ class PowerInfer2(Strategy):
         self.span_bytes = ctx.model.top_k * ctx.model.ffn_dim * bundle.flash_bytes
         self._threads: tuple[np.ndarray, np.ndarray, float, float] | None = None
         self._gbps: dict[int, float] = {}
+        self._npu_jobs: dict[float, tuple[float, float]] = {}  # see _npu_job
 
     def _npu_set(self) -> tuple[np.ndarray, np.ndarray]:
         """Per (layer, expert): hot neurons covering the NPU's share of activations."""
@@ -183,29 +184,68 @@ class PowerInfer2(Strategy):
 
     def _closed_token(self, plan: TokenPlan, context_tokens: int, stats: TokenStats) -> float:
         """A whole decode token when nothing else runs (:meth:`Machine.closed`): its phases
-        follow one another, so their lengths add up on a local clock exactly as the simpy
-        clock would (the per-phase path above is the reference; a test runs both ways).
-        Returns the time the token ends."""
+        follow one another, so one compiled call (:func:`schedule_token`) adds their lengths
+        on a local clock exactly as the simpy clock would; busy seconds, traffic and phase
+        times are booked in the order the per-phase path books them (that path is the
+        reference; a test runs both ways). Returns the time the token ends."""
         m, costs, dtype = self.ctx.machine, self.ctx.costs, self.ctx.dtype
         attention = _wo(costs.attention(context_tokens) + costs.router())
-        predictor, pred_dtype = _wo(costs.predictor()), self.ctx.model.predictor.dtype
-        now = m.env.now
-        jobs = self._cluster_jobs(plan.arrays)  # every layer's at once; sliced per layer below
-        bounds = plan.bounds.tolist()
-        for i, n_npu in enumerate(plan.n_npu):
-            t0 = now
-            now = now + m.closed_parallel(*attention, dtype)
-            t1 = now
-            now = now + m.closed_parallel(*predictor, pred_dtype)
-            t2 = now
-            now = self._ffn_schedule(now, n_npu, tuple(a[bounds[i]:bounds[i + 1]] for a in jobs), stats)
-            stats.add_phase("attention_s", t1 - t0)
-            stats.add_phase("predictor_s", t2 - t1)
-            stats.add_phase("ffn_s", now - t2)
-        t3 = now
-        now = now + m.closed_parallel(*_wo(costs.lm_head()), dtype)
-        stats.add_phase("lm_head_s", now - t3)
-        return now
+        predictor = _wo(costs.predictor())
+        head = _wo(costs.lm_head())
+        attention_s = m.barrier_s(*attention, dtype)
+        predictor_s = m.barrier_s(*predictor, self.ctx.model.predictor.dtype)
+        head_s = m.barrier_s(*head, dtype)
+        npu = [self._npu_job(n) for n in plan.n_npu]
+        gate_reads, ud_reads, job_bytes, job_ops, has_ud = self._cluster_jobs(plan.arrays)
+        n_gate, n_ud = int(gate_reads.sum()), int(ud_reads.sum())
+        rate, mem, alone, with_npu = self._thread_table()
+        usage, busy_s = m.usage, m.usage.busy_s
+        names = [th.name for th in m.threads_by_speed]
+        thread_busy = np.array([busy_s[name] for name in names], dtype=float)
+        layer_out = np.empty((len(npu), 5))
+        end, head_d = schedule_token(
+            m.env.now, attention_s, predictor_s, head_s, np.array([d for d, _ in npu], dtype=float), plan.bounds,
+            gate_reads, ud_reads, job_bytes, job_ops, has_ud, rate, mem, alone, with_npu, m.flash.latency_s,
+            float(self.gate_block), self._read_gbps(self.gate_block) if n_gate else 1.0, float(self.ud_block),
+            self._read_gbps(self.ud_block) if n_ud else 1.0, thread_busy, layer_out)
+        for name, seconds in zip(names, thread_busy.tolist(), strict=True):
+            busy_s[name] = seconds
+        reads = np.concatenate(([0], np.cumsum(gate_reads + ud_reads)))[plan.bounds]
+        io_name = m.io_threads[0].name if m.io_threads else ""
+        for (attn_d, pred_d, ffn_d, io_busy, ffn_bytes), (npu_d, npu_bytes), layer_reads in zip(
+                layer_out.tolist(), npu, np.diff(reads).tolist(), strict=True):
+            usage.dram_bytes += attention[0]
+            usage.dram_bytes += predictor[0]
+            if npu_d:
+                busy_s["npu"] += npu_d
+                usage.dram_bytes += npu_bytes
+            usage.dram_bytes += ffn_bytes
+            if layer_reads:
+                busy_s["storage"] += io_busy
+                busy_s[io_name] += io_busy
+            stats.add_phase("attention_s", attn_d)
+            stats.add_phase("predictor_s", pred_d)
+            stats.add_phase("ffn_s", ffn_d)
+        if n_gate or n_ud:
+            flash = n_gate * self.gate_block + n_ud * self.ud_block
+            stats.flash_bytes += flash
+            usage.flash_bytes += flash
+            usage.flash_requests += n_gate + n_ud
+        usage.dram_bytes += head[0]
+        stats.add_phase("lm_head_s", head_d)
+        return end
+
+    def _npu_job(self, n_npu: float) -> tuple[float, float]:
+        """(seconds, weight bytes) of the NPU's dense job over ``n_npu`` hot neurons, started
+        while no CPU job runs; (0, 0) for none. Remembered: few distinct counts recur."""
+        if not n_npu:
+            return 0.0, 0.0
+        job = self._npu_jobs.get(n_npu)
+        if job is None:
+            w = self.ctx.costs.neurons(n_npu)
+            d = self.ctx.machine.accel_time_s("npu", w.weight_bytes, w.ops, self.ctx.dtype, frozenset({"npu"}))
+            job = self._npu_jobs[n_npu] = (d, w.weight_bytes)
+        return job
 
     def _ffn_phase(self, n_npu: float, clusters: tuple[np.ndarray, ...], stats: TokenStats) -> Event:
         """The layer's FFN phase as one simpy event: NPU job and CPU clusters, scheduled at once."""
@@ -227,14 +267,13 @@ class PowerInfer2(Strategy):
     def _ffn_schedule(self, now: float, n_npu: float, jobs: tuple[np.ndarray, ...], stats: TokenStats) -> float:
         """Schedule the FFN phase starting at ``now`` (:mod:`sim.engine.cluster_schedule`), account
         its busy time and traffic, and return when it ends."""
-        m, costs, dtype = self.ctx.machine, self.ctx.costs, self.ctx.dtype
+        m = self.ctx.machine
         npu_end = now
         if n_npu:  # started first, while no CPU job runs (as the per-cluster processes do)
-            w = costs.neurons(n_npu)
-            d = m.accel_time_s("npu", w.weight_bytes, w.ops, dtype, frozenset({"npu"}))
+            d, npu_bytes = self._npu_job(n_npu)
             npu_end = now + d
             m.usage.busy_s["npu"] += d
-            m.usage.dram_bytes += w.weight_bytes
+            m.usage.dram_bytes += npu_bytes
         gate_reads, ud_reads, job_bytes, job_ops, has_ud = jobs
         rate, mem, alone, with_npu = self._thread_table()
         busy = np.zeros(rate.shape[0])
