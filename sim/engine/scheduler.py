@@ -72,6 +72,20 @@ def route_neurons(predicted, p_bounds, active, is_npu, use_npu, is_hot, scratch)
 
 
 @njit(cache=True)
+def merge_resident(hot, cold_hit):
+    """Per CPU neuron whether it is in DRAM: hot ones always, the others as the cache policy
+    answered (``cold_hit`` lists them in order)."""
+    resident = np.empty(hot.shape[0], dtype=np.bool_)
+    last = cold_hit.shape[0] - 1
+    j = 0
+    for i in range(hot.shape[0]):
+        h = hot[i]
+        resident[i] = h or cold_hit[min(j, last)]  # j <= last whenever h is False
+        j += np.int64(not h)
+    return resident
+
+
+@njit(cache=True)
 def split_clusters(resident, fired, offsets, cluster):
     """(cluster bounds per layer, neurons, fired, gate misses, up/down misses) as arrays."""
     n_layers = offsets.shape[0] - 1

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.engine.machine import Machine
-from sim.engine.scheduler import route_neurons, split_clusters
+from sim.engine.scheduler import merge_resident, route_neurons, split_clusters
 from sim.engine.simulation import simulate
 from sim.engine.strategies.powerinfer2 import _top_share
 from sim.engine.workload import LayerWork, ReplayTrace, TokenWork, iter_token_layers, popularity
@@ -165,6 +165,10 @@ def test_routing_matches_set_operations(layers, npu_share, hot_share, use_npu):
         np.testing.assert_array_equal(fired[offsets[i]:offsets[i + 1]], np.isin(want, w.active))
         np.testing.assert_array_equal(hot[offsets[i]:offsets[i + 1]], is_hot[want])
         np.testing.assert_array_equal(cold[cold_offsets[i]:cold_offsets[i + 1]], want[~is_hot[want]])
+    cold_hit = rng.random(cold.size) < 0.5
+    resident = hot.copy()
+    resident[~hot] = cold_hit
+    np.testing.assert_array_equal(merge_resident(hot, cold_hit), resident)
 
 
 # -- replaying a lazy trace --------------------------------------------------------------------

@@ -28,7 +28,7 @@ from pydantic import Field
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
-from sim.engine.scheduler import route_neurons, split_clusters
+from sim.engine.scheduler import merge_resident, route_neurons, split_clusters
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
@@ -121,8 +121,7 @@ class PowerInfer2(Strategy):
         else:
             n_npu = [0.0] * n
         hit = self.cache.cold_hits(cold, cold_offsets, t)
-        resident = hot.copy()
-        resident[~hot] = hit
+        resident = merge_resident(hot, hit)
         cold_hits = int(np.count_nonzero(hit))
         n_predicted = int(work.predicted.size)
         stats.requests += n_predicted
