@@ -31,56 +31,71 @@ from numba import njit
 
 
 @njit(cache=True)
-def route_neurons(predicted, p_bounds, active, is_npu, use_npu, is_hot, scratch):
+def route_neurons(a_offsets, a_ids, p_offsets, p_ids, rows, base, per_layer, is_npu, use_npu, is_hot, scratch):
     """A token's predicted neurons, layer by layer, minus those the NPU computes.
 
-    Returns the CPU's keys with per-layer offsets, per key whether it fired (is in the
-    token's active set) and whether it sits in the pinned hot region, and the cold keys
-    (in the same order) with their per-layer offsets: the requests the cache policy
-    serves. ``scratch`` is an all-False bool array over every key, set and cleared here.
-    The loop is branch-free (every slot is written, the counts advance by 0 or 1): which
-    way a neuron goes is random, so branches would mispredict about half the time.
+    Reads the token's key rows straight from the trace chunk (see
+    :meth:`~sim.engine.workload.TokenWork.key_rows`: row ``j``'s keys are
+    ``ids[offsets[rows[j]]:offsets[rows[j] + 1]] + base[j]``, ``per_layer`` rows a layer).
+    Returns how many neurons were predicted, the CPU's keys with per-layer offsets, per key
+    whether it fired (is in the token's active set) and whether it sits in the pinned hot
+    region, and the cold keys (in the same order) with their per-layer offsets: the
+    requests the cache policy serves. ``scratch`` is an all-False bool array over every
+    key, set and cleared here. The loop is branch-free (every slot is written, the counts
+    advance by 0 or 1): which way a neuron goes is random, so branches would mispredict
+    about half the time.
     """
-    n_layers = p_bounds.shape[0] - 1
-    size = predicted.shape[0]
+    n_rows = rows.shape[0]
+    n_layers = n_rows // per_layer
+    size = 0
+    for j in range(n_rows):
+        size += p_offsets[rows[j] + 1] - p_offsets[rows[j]]
     cpu = np.empty(size, dtype=np.int64)
     fired = np.empty(size, dtype=np.bool_)
     hot = np.empty(size, dtype=np.bool_)
     cold = np.empty(size, dtype=np.int64)
     cpu_offsets = np.zeros(n_layers + 1, dtype=np.int64)
     cold_offsets = np.zeros(n_layers + 1, dtype=np.int64)
-    for k in active:
-        scratch[k] = True
+    for j in range(n_rows):
+        b = base[j]
+        for i in range(a_offsets[rows[j]], a_offsets[rows[j] + 1]):
+            scratch[b + a_ids[i]] = True
     n = 0
     m = 0
     for layer in range(n_layers):
-        for i in range(p_bounds[layer], p_bounds[layer + 1]):
-            k = predicted[i]
-            h = is_hot[k]
-            cpu[n] = k
-            fired[n] = scratch[k]
-            hot[n] = h
-            cold[m] = k
-            keep = np.int64(not (use_npu and is_npu[k]))
-            n += keep
-            m += keep & np.int64(not h)
+        for j in range(layer * per_layer, (layer + 1) * per_layer):
+            b = base[j]
+            for i in range(p_offsets[rows[j]], p_offsets[rows[j] + 1]):
+                k = b + p_ids[i]
+                h = is_hot[k]
+                cpu[n] = k
+                fired[n] = scratch[k]
+                hot[n] = h
+                cold[m] = k
+                keep = np.int64(not (use_npu and is_npu[k]))
+                n += keep
+                m += keep & np.int64(not h)
         cpu_offsets[layer + 1] = n
         cold_offsets[layer + 1] = m
-    for k in active:
-        scratch[k] = False
-    return cpu[:n], cpu_offsets, fired[:n], hot[:n], cold[:m], cold_offsets
+    for j in range(n_rows):
+        b = base[j]
+        for i in range(a_offsets[rows[j]], a_offsets[rows[j] + 1]):
+            scratch[b + a_ids[i]] = False
+    return size, cpu[:n], cpu_offsets, fired[:n], hot[:n], cold[:m], cold_offsets
 
 
 @njit(cache=True)
 def merge_resident(hot, cold_hit):
     """Per CPU neuron whether it is in DRAM: hot ones always, the others as the cache policy
     answered (``cold_hit`` lists them in order)."""
+    if cold_hit.shape[0] == 0:
+        return hot.copy()
     resident = np.empty(hot.shape[0], dtype=np.bool_)
     last = cold_hit.shape[0] - 1
     j = 0
-    for i in range(hot.shape[0]):
+    for i in range(hot.shape[0]):  # branch-free, as in route_neurons
         h = hot[i]
-        resident[i] = h or cold_hit[min(j, last)]  # j <= last whenever h is False
+        resident[i] = h | cold_hit[min(j, last)]  # j <= last whenever h is False
         j += np.int64(not h)
     return resident
 

@@ -61,22 +61,42 @@ def iter_token_layers(trace: Trace, start: int, stop: int) -> Iterator[tuple[int
 
 
 class TokenWork(Sequence[LayerWork]):
-    """One token's work at every layer: flat key arrays plus per-layer bounds.
+    """One token's work at every layer, as rows of a trace chunk's key tables.
 
-    Compiled planners read the flat arrays (``active[a_bounds[l]:a_bounds[l + 1]]`` is layer
-    ``l``'s active set, sorted; the same for ``predicted``), which a trace chunk gives in one
-    gather. Code that walks layers one by one indexes or iterates it as a sequence of
-    :class:`LayerWork` (views into the same arrays, made on first use).
+    Row ``j`` of the token is ``ids[offsets[rows[j]]:offsets[rows[j] + 1]] + base[j]`` (the
+    flat keys of one chosen expert), and layer ``l`` is rows ``[l * per_layer, (l + 1) *
+    per_layer)``, laid out in expert order so each layer's keys come out sorted. Compiled
+    planners read the rows straight from the chunk (:meth:`key_rows`); the flat arrays
+    (``active[a_bounds[l]:a_bounds[l + 1]]`` is layer ``l``'s active set, sorted; the same
+    for ``predicted``) are gathered on first use, and code that walks layers one by one
+    indexes or iterates it as a sequence of :class:`LayerWork` (views into those arrays).
     """
 
-    def __init__(self, experts: np.ndarray, active: np.ndarray, a_bounds: np.ndarray, predicted: np.ndarray,
-                 p_bounds: np.ndarray, layer_ids: np.ndarray | None = None):
+    def __init__(self, experts: np.ndarray, rows: np.ndarray, base: np.ndarray, per_layer: int,
+                 active_table: tuple[np.ndarray, np.ndarray], predicted_table: tuple[np.ndarray, np.ndarray],
+                 layer_ids: np.ndarray | None = None):
         self.experts = experts  # (n_layers, top_k), in the trace's order
+        self.rows, self.base, self.per_layer = rows, base, per_layer
+        self.active_table = active_table  # (offsets, ids) of a CSR table
+        self.predicted_table = predicted_table  # the same object under an oracle predictor
+        n_layers = rows.shape[0] // per_layer
         # the model layer of each entry (all of them in order, unless made from a few layers)
-        self.layer_ids = np.arange(len(a_bounds) - 1) if layer_ids is None else layer_ids
-        self.active, self.a_bounds = active, a_bounds
-        self.predicted, self.p_bounds = predicted, p_bounds  # `predicted is active` under an oracle
+        self.layer_ids = np.arange(n_layers) if layer_ids is None else layer_ids
+        self._flat: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._layers: list[LayerWork] | None = None
+
+    @classmethod
+    def flat(cls, experts: np.ndarray, active: np.ndarray, a_bounds: np.ndarray, predicted: np.ndarray,
+             p_bounds: np.ndarray, layer_ids: np.ndarray | None = None) -> TokenWork:
+        """From flat per-layer key arrays (each layer one row of base 0)."""
+        n = a_bounds.shape[0] - 1
+        oracle = predicted is active
+        a_table = (a_bounds, active)
+        tw = cls(experts, np.arange(n), np.zeros(n, dtype=np.int64), 1, a_table,
+                 a_table if oracle else (p_bounds, predicted), layer_ids)
+        tw._flat["active"] = (active, a_bounds)
+        tw._flat["predicted"] = (active, a_bounds) if oracle else (predicted, p_bounds)
+        return tw
 
     @classmethod
     def from_layers(cls, layers: Sequence[LayerWork]) -> TokenWork:
@@ -87,22 +107,56 @@ class TokenWork(Sequence[LayerWork]):
         active, a_bounds = _concat([w.active for w in layers])
         predicted, p_bounds = (active, a_bounds) if oracle else _concat([w.predicted for w in layers])
         experts = np.array([w.experts for w in layers], dtype=np.int64).reshape(len(layers), -1)
-        tw = cls(experts, active, a_bounds, predicted, p_bounds, np.array([w.layer for w in layers], dtype=np.int64))
+        tw = cls.flat(experts, active, a_bounds, predicted, p_bounds, np.array([w.layer for w in layers], np.int64))
         tw._layers = list(layers)
         return tw
+
+    @property
+    def oracle(self) -> bool:
+        return self.predicted_table is self.active_table
+
+    def key_rows(self) -> tuple[np.ndarray, ...]:
+        """(active offsets, active ids, predicted offsets, predicted ids, rows, base, rows per
+        layer): what compiled planners read instead of the flat arrays."""
+        return (*self.active_table, *self.predicted_table, self.rows, self.base, self.per_layer)
+
+    def _gathered(self, which: str) -> tuple[np.ndarray, np.ndarray]:
+        if which not in self._flat:
+            if which == "predicted" and self.oracle:
+                self._flat[which] = self._gathered("active")
+            else:
+                offsets, ids = self.active_table if which == "active" else self.predicted_table
+                self._flat[which] = _gather_rows(offsets, ids, self.rows, self.base, self.per_layer)
+        return self._flat[which]
+
+    @property
+    def active(self) -> np.ndarray:
+        return self._gathered("active")[0]
+
+    @property
+    def a_bounds(self) -> np.ndarray:
+        return self._gathered("active")[1]
+
+    @property
+    def predicted(self) -> np.ndarray:
+        return self._gathered("predicted")[0]
+
+    @property
+    def p_bounds(self) -> np.ndarray:
+        return self._gathered("predicted")[1]
 
     @property
     def layers(self) -> list[LayerWork]:
         if self._layers is None:
             a, p = self.a_bounds, self.p_bounds
-            oracle = self.predicted is self.active
+            oracle = self.oracle
             self._layers = [LayerWork(int(self.layer_ids[i]), self.experts[i], act := self.active[a[i]:a[i + 1]],
                                       act if oracle else self.predicted[p[i]:p[i + 1]])
                             for i in range(len(a) - 1)]
         return self._layers
 
     def __len__(self) -> int:
-        return len(self.a_bounds) - 1
+        return self.rows.shape[0] // self.per_layer
 
     def __getitem__(self, i):  # type: ignore[override]
         return self.layers[i]
@@ -119,7 +173,7 @@ def _concat(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _token_work(chunk: TraceChunk, meta: TraceMeta, t: int) -> TokenWork:
-    """All layers of one token at once: one compiled gather per key set, nothing per layer.
+    """All layers of one token at once, as rows of the chunk (nothing gathered yet).
 
     Each row's ids are sorted and unique and the experts of one layer are distinct, so a
     layer's keys come out sorted by laying its rows out in expert order (no sort needed).
@@ -129,17 +183,18 @@ def _token_work(chunk: TraceChunk, meta: TraceMeta, t: int) -> TokenWork:
     by_expert = np.take_along_axis(experts, order, axis=1)
     rows = chunk.row(t, 0, 0) + (np.arange(meta.n_layers)[:, None] * meta.top_k + order).reshape(-1)
     base = ((np.arange(meta.n_layers)[:, None] * meta.n_experts + by_expert) * meta.n_neurons).reshape(-1)
-    active, a_bounds = _gather_rows(chunk.offsets, chunk.ids, rows, base, meta.top_k)
-    if chunk.pred_offsets is not None and chunk.pred_ids is not None:
-        predicted, p_bounds = _gather_rows(chunk.pred_offsets, chunk.pred_ids, rows, base, meta.top_k)
-    else:
-        predicted, p_bounds = active, a_bounds
-    if meta.top_k > 1:  # a malformed trace may repeat an expert: sort those layers' keys
+    a_table = (chunk.offsets, chunk.ids)
+    p_table = a_table if chunk.pred_offsets is None or chunk.pred_ids is None else (chunk.pred_offsets, chunk.pred_ids)
+    work = TokenWork(experts, rows, base, meta.top_k, a_table, p_table)
+    if meta.top_k > 1 and np.any(by_expert[:, 1:] == by_expert[:, :-1]):
+        # a malformed trace repeats an expert: sort those layers' keys, and keep the flat form
+        active, a_bounds, predicted, p_bounds = work.active, work.a_bounds, work.predicted, work.p_bounds
         for layer in np.flatnonzero(np.any(by_expert[:, 1:] == by_expert[:, :-1], axis=1)):
             active[a_bounds[layer]:a_bounds[layer + 1]].sort()
             if predicted is not active:
                 predicted[p_bounds[layer]:p_bounds[layer + 1]].sort()
-    return TokenWork(experts, active, a_bounds, predicted, p_bounds)
+        work = TokenWork.flat(experts, active, a_bounds, predicted, p_bounds)
+    return work
 
 
 @njit(cache=True)

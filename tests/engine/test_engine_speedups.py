@@ -139,6 +139,26 @@ def test_cluster_split_matches_the_loop(bits, cluster):
     assert list(zip(*(a.tolist() for a in arrays), strict=True)) == reference_clusters(resident, fired, cluster)
 
 
+@pytest.mark.parametrize("source", ["hand, predicted", "hand, oracle", "synthetic moe"])
+def test_routing_from_chunk_rows_matches_routing_from_flat_arrays(source):
+    """Planners read a token's keys straight from the chunk; the same as from gathered arrays."""
+    tr = hand_made_trace(source.endswith("predicted")) if source.startswith("hand") else h.trace(
+        h.model(h.TINY_MOE), 12, seed=4)
+    n_keys = tr.meta.n_layers * tr.meta.n_experts * tr.meta.n_neurons
+    rng = np.random.default_rng(1)
+    is_npu, is_hot = rng.random(n_keys) < 0.3, rng.random(n_keys) < 0.4
+    scratch = np.zeros(n_keys, dtype=bool)
+    for _, work in iter_token_layers(tr, 0, tr.meta.n_tokens):
+        flat = TokenWork.from_layers(list(work))
+        for use_npu in (False, True):
+            got = route_neurons(*work.key_rows(), is_npu, use_npu, is_hot, scratch)
+            want = route_neurons(*flat.key_rows(), is_npu, use_npu, is_hot, scratch)
+            assert got[0] == want[0]
+            for g, w in zip(got[1:], want[1:], strict=True):
+                np.testing.assert_array_equal(g, w)
+    assert not scratch.any()
+
+
 @settings(max_examples=60, deadline=None)
 @given(layers=st.lists(st.tuples(st.sets(st.integers(0, 99), max_size=60), st.sets(st.integers(0, 99), max_size=40)),
                        min_size=1, max_size=4),
@@ -155,8 +175,9 @@ def test_routing_matches_set_operations(layers, npu_share, hot_share, use_npu):
         works.append(LayerWork(i, np.zeros(1, dtype=np.int64), act, pred))
     tw = TokenWork.from_layers(works)
     scratch = np.zeros(n_keys, dtype=bool)
-    cpu, offsets, fired, hot, cold, cold_offsets = route_neurons(tw.predicted, tw.p_bounds, tw.active, is_npu,
-                                                                 use_npu, is_hot, scratch)
+    n_predicted, cpu, offsets, fired, hot, cold, cold_offsets = route_neurons(*tw.key_rows(), is_npu, use_npu,
+                                                                              is_hot, scratch)
+    assert n_predicted == tw.predicted.size
     assert not scratch.any()
     for i, w in enumerate(works):
         want = w.predicted[~is_npu[w.predicted]] if use_npu else w.predicted

@@ -113,9 +113,9 @@ class PowerInfer2(Strategy):
         """
         work = TokenWork.from_layers(layers)
         n = len(work)
-        _cpu_keys, offsets, fired, hot, cold, cold_offsets = route_neurons(
-            work.predicted, work.p_bounds, work.active, self.is_npu if self.use_npu else self._no_npu, self.use_npu,
-            self.cache.is_hot, self._scratch)
+        n_predicted, _cpu_keys, offsets, fired, hot, cold, cold_offsets = route_neurons(
+            *work.key_rows(), self.is_npu if self.use_npu else self._no_npu, self.use_npu, self.cache.is_hot,
+            self._scratch)
         if self.use_npu:
             n_npu = self.npu_count[work.layer_ids[:, None], work.experts].sum(axis=1).astype(float).tolist()
         else:
@@ -123,7 +123,6 @@ class PowerInfer2(Strategy):
         hit = self.cache.cold_hits(cold, cold_offsets, t)
         resident = merge_resident(hot, hit)
         cold_hits = int(np.count_nonzero(hit))
-        n_predicted = int(work.predicted.size)
         stats.requests += n_predicted
         stats.hits += n_predicted - int(cold.size) + cold_hits
         stats.misses += int(cold.size) - cold_hits
