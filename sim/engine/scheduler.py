@@ -29,21 +29,32 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+HOT, NPU, FIRED = 1, 2, 4  # bits of a neuron's placement byte (FIRED is set and cleared per token)
+
+
+def placement_flags(is_hot: np.ndarray, is_npu: np.ndarray | None) -> np.ndarray:
+    """One byte per neuron key: HOT if pinned in the hot region, NPU if the NPU computes it.
+    One byte read per predicted neuron instead of one per set keeps routing cache-friendly."""
+    flags = is_hot.astype(np.uint8) * np.uint8(HOT)
+    if is_npu is not None:
+        flags |= is_npu.astype(np.uint8) * np.uint8(NPU)
+    return flags
+
 
 @njit(cache=True)
-def route_neurons(a_offsets, a_ids, p_offsets, p_ids, rows, base, per_layer, is_npu, use_npu, is_hot, scratch):
+def route_neurons(a_offsets, a_ids, p_offsets, p_ids, rows, base, per_layer, flags):
     """A token's predicted neurons, layer by layer, minus those the NPU computes.
 
     Reads the token's key rows straight from the trace chunk (see
     :meth:`~sim.engine.workload.TokenWork.key_rows`: row ``j``'s keys are
-    ``ids[offsets[rows[j]]:offsets[rows[j] + 1]] + base[j]``, ``per_layer`` rows a layer).
-    Returns how many neurons were predicted, the CPU's keys with per-layer offsets, per key
-    whether it fired (is in the token's active set) and whether it sits in the pinned hot
-    region, and the cold keys (in the same order) with their per-layer offsets: the
-    requests the cache policy serves. ``scratch`` is an all-False bool array over every
-    key, set and cleared here. The loop is branch-free (every slot is written, the counts
-    advance by 0 or 1): which way a neuron goes is random, so branches would mispredict
-    about half the time.
+    ``ids[offsets[rows[j]]:offsets[rows[j] + 1]] + base[j]``, ``per_layer`` rows a layer)
+    and each key's :func:`placement_flags` byte. Returns how many neurons were predicted,
+    the CPU's keys with per-layer offsets, per key whether it fired (is in the token's
+    active set, marked with the FIRED bit for the call) and whether it sits in the pinned
+    hot region, and the cold keys (in the same order) with their per-layer offsets: the
+    requests the cache policy serves. The loop is branch-free (every slot is written, the
+    counts advance by 0 or 1): which way a neuron goes is random, so branches would
+    mispredict about half the time.
     """
     n_rows = rows.shape[0]
     n_layers = n_rows // per_layer
@@ -59,7 +70,7 @@ def route_neurons(a_offsets, a_ids, p_offsets, p_ids, rows, base, per_layer, is_
     for j in range(n_rows):
         b = base[j]
         for i in range(a_offsets[rows[j]], a_offsets[rows[j] + 1]):
-            scratch[b + a_ids[i]] = True
+            flags[b + a_ids[i]] |= FIRED
     n = 0
     m = 0
     for layer in range(n_layers):
@@ -67,20 +78,21 @@ def route_neurons(a_offsets, a_ids, p_offsets, p_ids, rows, base, per_layer, is_
             b = base[j]
             for i in range(p_offsets[rows[j]], p_offsets[rows[j] + 1]):
                 k = b + p_ids[i]
-                h = is_hot[k]
+                v = np.int64(flags[k])
+                h = v & HOT
                 cpu[n] = k
-                fired[n] = scratch[k]
-                hot[n] = h
+                fired[n] = (v & FIRED) != 0
+                hot[n] = h != 0
                 cold[m] = k
-                keep = np.int64(not (use_npu and is_npu[k]))
+                keep = 1 - ((v & NPU) >> 1)
                 n += keep
-                m += keep & np.int64(not h)
+                m += keep & (1 - h)
         cpu_offsets[layer + 1] = n
         cold_offsets[layer + 1] = m
     for j in range(n_rows):
         b = base[j]
         for i in range(a_offsets[rows[j]], a_offsets[rows[j] + 1]):
-            scratch[b + a_ids[i]] = False
+            flags[b + a_ids[i]] &= ~np.uint8(FIRED)
     return size, cpu[:n], cpu_offsets, fired[:n], hot[:n], cold[:m], cold_offsets
 
 

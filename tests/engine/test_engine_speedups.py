@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.engine.machine import Machine
-from sim.engine.scheduler import merge_resident, route_neurons, split_clusters
+from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters
 from sim.engine.simulation import simulate
 from sim.engine.strategies.powerinfer2 import _top_share
 from sim.engine.workload import LayerWork, ReplayTrace, TokenWork, iter_token_layers, popularity
@@ -147,16 +147,15 @@ def test_routing_from_chunk_rows_matches_routing_from_flat_arrays(source):
     n_keys = tr.meta.n_layers * tr.meta.n_experts * tr.meta.n_neurons
     rng = np.random.default_rng(1)
     is_npu, is_hot = rng.random(n_keys) < 0.3, rng.random(n_keys) < 0.4
-    scratch = np.zeros(n_keys, dtype=bool)
     for _, work in iter_token_layers(tr, 0, tr.meta.n_tokens):
         flat = TokenWork.from_layers(list(work))
         for use_npu in (False, True):
-            got = route_neurons(*work.key_rows(), is_npu, use_npu, is_hot, scratch)
-            want = route_neurons(*flat.key_rows(), is_npu, use_npu, is_hot, scratch)
+            flags = placement_flags(is_hot, is_npu if use_npu else None)
+            got = route_neurons(*work.key_rows(), flags)
+            want = route_neurons(*flat.key_rows(), flags)
             assert got[0] == want[0]
             for g, w in zip(got[1:], want[1:], strict=True):
                 np.testing.assert_array_equal(g, w)
-    assert not scratch.any()
 
 
 @settings(max_examples=60, deadline=None)
@@ -174,11 +173,11 @@ def test_routing_matches_set_operations(layers, npu_share, hot_share, use_npu):
         pred = np.array(sorted(active | extra), dtype=np.int64) + 100 * i
         works.append(LayerWork(i, np.zeros(1, dtype=np.int64), act, pred))
     tw = TokenWork.from_layers(works)
-    scratch = np.zeros(n_keys, dtype=bool)
-    n_predicted, cpu, offsets, fired, hot, cold, cold_offsets = route_neurons(*tw.key_rows(), is_npu, use_npu,
-                                                                              is_hot, scratch)
+    flags = placement_flags(is_hot, is_npu if use_npu else None)
+    before = flags.copy()
+    n_predicted, cpu, offsets, fired, hot, cold, cold_offsets = route_neurons(*tw.key_rows(), flags)
     assert n_predicted == tw.predicted.size
-    assert not scratch.any()
+    np.testing.assert_array_equal(flags, before)  # the FIRED marks are cleared
     for i, w in enumerate(works):
         want = w.predicted[~is_npu[w.predicted]] if use_npu else w.predicted
         got = cpu[offsets[i]:offsets[i + 1]]

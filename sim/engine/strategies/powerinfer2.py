@@ -28,7 +28,7 @@ from pydantic import Field
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
-from sim.engine.scheduler import merge_resident, route_neurons, split_clusters
+from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
@@ -74,8 +74,7 @@ class PowerInfer2(Strategy):
                                  knobs.hot_share, ctx.policy or knobs.policy)
         self.use_npu = ctx.device.npu is not None and knobs.npu_activation_share > 0
         self.is_npu, self.npu_count = self._npu_set() if self.use_npu else (None, None)
-        self._no_npu = np.zeros(1, dtype=bool)  # route_neurons' NPU set when the NPU is unused
-        self._scratch = np.zeros(ctx.n_keys, dtype=bool)  # route_neurons' marks of the active set
+        self._flags = placement_flags(self.cache.is_hot, self.is_npu)  # what route_neurons reads
         bundle = ctx.model.bundle(ctx.dtype, ctx.device.storage.page_bytes)
         self.bundle = bundle
         gated = ctx.model.ffn_gated and knobs.split_gate_read
@@ -113,9 +112,7 @@ class PowerInfer2(Strategy):
         """
         work = TokenWork.from_layers(layers)
         n = len(work)
-        n_predicted, _cpu_keys, offsets, fired, hot, cold, cold_offsets = route_neurons(
-            *work.key_rows(), self.is_npu if self.use_npu else self._no_npu, self.use_npu, self.cache.is_hot,
-            self._scratch)
+        n_predicted, _cpu_keys, offsets, fired, hot, cold, cold_offsets = route_neurons(*work.key_rows(), self._flags)
         if self.use_npu:
             n_npu = self.npu_count[work.layer_ids[:, None], work.experts].sum(axis=1).astype(float).tolist()
         else:
