@@ -121,27 +121,46 @@ def split_clusters(resident, fired, offsets, cluster):
         n = offsets[layer + 1] - offsets[layer]
         bounds[layer + 1] = bounds[layer] + (n + cluster - 1) // cluster
     total = bounds[n_layers]
-    # one spare slot: after a layer's last cluster fills up, the loop goes on adding zeros one past it
-    neurons = np.zeros(total + 1, dtype=np.int64)
-    n_fired = np.zeros(total + 1, dtype=np.int64)
-    gate_miss = np.zeros(total + 1, dtype=np.int64)
-    ud_miss = np.zeros(total + 1, dtype=np.int64)
+    neurons = np.zeros(total, dtype=np.int64)
+    n_fired = np.zeros(total, dtype=np.int64)
+    gate_miss = np.zeros(total, dtype=np.int64)
+    ud_miss = np.zeros(total, dtype=np.int64)
     for layer in range(n_layers):
         lo = offsets[layer]
         hi = offsets[layer + 1]
-        c = bounds[layer]
-        fill = 0
-        for want_resident in (True, False):  # resident neurons first, each group in order
-            miss = np.int64(not want_resident)
-            for i in range(lo, hi):  # branch-free: which group a neuron is in is random
-                sel = np.int64(resident[i] == want_resident)
-                f = sel & np.int64(fired[i])
-                neurons[c] += sel
-                n_fired[c] += f
-                gate_miss[c] += sel & miss
-                ud_miss[c] += f & miss
-                fill += sel
-                full = np.int64(fill == cluster)
-                c += full
-                fill -= full * cluster
-    return bounds, neurons[:total], n_fired[:total], gate_miss[:total], ud_miss[:total]
+        n_resident = 0
+        for i in range(lo, hi):
+            n_resident += resident[i]
+        # Resident neurons fill clusters from the layer's first, the others from where they
+        # end; each group's counts stay in registers until its cluster is full (one pass).
+        c_res, pos_res, fired_res = bounds[layer], 0, 0
+        c_miss, pos_miss = bounds[layer] + n_resident // cluster, n_resident % cluster
+        n_miss, fired_miss = 0, 0
+        for i in range(lo, hi):  # branch-free but for the rare cluster boundary
+            r = np.int64(resident[i])
+            miss = 1 - r
+            f = np.int64(fired[i])
+            pos_res += r
+            fired_res += r & f
+            pos_miss += miss
+            n_miss += miss
+            fired_miss += miss & f
+            if pos_res == cluster:
+                neurons[c_res] += cluster
+                n_fired[c_res] += fired_res
+                c_res, pos_res, fired_res = c_res + 1, 0, 0
+            if pos_miss == cluster:
+                neurons[c_miss] += n_miss
+                n_fired[c_miss] += fired_miss
+                gate_miss[c_miss] += n_miss
+                ud_miss[c_miss] += fired_miss
+                c_miss, pos_miss, n_miss, fired_miss = c_miss + 1, 0, 0, 0
+        if pos_res:  # the last, partial clusters (resident and missing share one at the boundary)
+            neurons[c_res] += pos_res
+            n_fired[c_res] += fired_res
+        if n_miss:
+            neurons[c_miss] += n_miss
+            n_fired[c_miss] += fired_miss
+            gate_miss[c_miss] += n_miss
+            ud_miss[c_miss] += fired_miss
+    return bounds, neurons, n_fired, gate_miss, ud_miss
