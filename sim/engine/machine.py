@@ -326,6 +326,39 @@ class Machine:
         self.cpu_demand_gbps.clear()  # set on a first computation
         return duration
 
+    def closed_cpu(self, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
+                   kernel: str = "dense_gemv") -> float:
+        """:meth:`cpu_parallel` inside a closed stretch: its length, with the same busy time
+        and traffic booked."""
+        duration = self.barrier_s(weight_bytes, ops, dtype, threads, kernel)
+        self.usage.dram_bytes += weight_bytes
+        busy = self.usage.busy_s
+        for th in self.threads_by_speed[: threads or len(self.threads)]:
+            busy[th.name] += duration
+        return duration
+
+    def closed_read(self, start: float, n_requests: int, block_bytes: int, *, sequential: bool = False,
+                    span_bytes: int | None = None, issuers: int = 1, blocking: bool = False) -> float:
+        """:meth:`read` of a batch split over several I/O threads (``issuers > 1`` or
+        ``blocking``), started at ``start`` inside a closed stretch: its length, with the
+        same traffic and busy time booked."""
+        assert issuers > 1 or blocking, "a closed read stands for the parallel path of read()"
+        if n_requests <= 0:
+            return 0.0
+        n_threads = max(1, min(issuers, len(self.io_threads)))
+        grabbed = self.io_free.items[:n_threads]  # what _take_many would hand out
+        cores = [th.core for th in grabbed]
+        n_cores = self.flash.issuing_cores(cores)
+        duration = self.flash.parallel_batch_time_s(n_requests, block_bytes, cores, sequential=sequential,
+                                                    span_bytes=span_bytes, blocking=blocking, other_issuers=0)
+        self.usage.flash_bytes += n_requests * block_bytes
+        self.usage.flash_requests += n_requests
+        busy = self.usage.busy_s
+        busy["storage"] += (start + duration) - start  # as _span books it: end minus start
+        for th in grabbed:
+            busy[th.name] += duration * n_cores / n_threads
+        return duration
+
     # -- storage ---------------------------------------------------------------------------
     def read(self, name: str, n_requests: int, block_bytes: int, *, sequential: bool = False,
              span_bytes: int | None = None, issuers: int = 1, blocking: bool = False) -> Event:

@@ -66,6 +66,29 @@ def test_fast_paths_change_no_result(config, monkeypatch):
     assert fast.spans == slow.spans
 
 
+SERIAL_CONFIGS = {k: v for k, v in CONFIGS.items() if v[2] in ("llm-in-flash", "llamacpp")}
+SERIAL_CONFIGS["llm-in-flash, no window"] = (None, h.TINY_DENSE, "llm-in-flash",
+                                             {"offload": 0.7, "knobs": {"window_k": 0}})
+
+
+@pytest.mark.parametrize("config", sorted(SERIAL_CONFIGS))
+def test_closed_stretches_change_no_result(config, monkeypatch):
+    """Sequential steps added on a local clock give what the per-step simpy events give."""
+    _, raw, strategy, kw = SERIAL_CONFIGS[config]
+    m = h.model(raw)
+
+    def run_once():
+        return simulate(h.device(), m, strategy, trace=h.trace(m, 14), decode_tokens=10, prompt_tokens=8,
+                        warmup_tokens=4, **kw)
+
+    closed = run_once()
+    monkeypatch.setattr(Machine, "compiled_phases", False)  # no closed stretches: the reference
+    reference = run_once()
+    assert closed.summary["flash_bytes_per_token"] > 0
+    pd.testing.assert_frame_equal(closed.tokens, reference.tokens, check_exact=True)
+    assert h.summary_without_wall(closed.summary) == h.summary_without_wall(reference.summary)
+
+
 # -- trace decoding ------------------------------------------------------------------------------
 
 def reference_layer_work(chunk: TraceChunk, meta: TraceMeta, t: int, layer: int) -> LayerWork:

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from sim.engine.machine import Machine
 from sim.engine.simulation import simulate
+from sim.engine.strategies import llm_in_flash as lif
 from sim.errors import SimError
 from sim.hw.flash import FlashModel
 from sim.profiles.registry import load_device
@@ -137,13 +138,13 @@ def test_window_k0_loads_more_than_k5(tiny):
 
 def test_bundling_halves_the_number_of_reads(tiny, monkeypatch):
     calls: list[tuple[str, int, int]] = []
-    original = Machine.read
+    original = lif.read  # the read steps the strategy asks the machine for
 
-    def spy(self, name, n_requests, block_bytes, **kw):
+    def spy(phase, name, n_requests, block_bytes, **kw):
         calls.append((name, n_requests, block_bytes))
-        return original(self, name, n_requests, block_bytes, **kw)
+        return original(phase, name, n_requests, block_bytes, **kw)
 
-    monkeypatch.setattr(Machine, "read", spy)
+    monkeypatch.setattr(lif, "read", spy)
     trace = locality_trace(20, active=400, churn=0.3, fp=100)
     counts = {}
     for bundling in (True, False):
