@@ -175,8 +175,9 @@ def _concat(parts: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 def _token_work(chunk: TraceChunk, meta: TraceMeta, t: int) -> TokenWork:
     """All layers of one token at once, as rows of the chunk (nothing gathered yet).
 
-    Each row's ids are sorted and unique and the experts of one layer are distinct, so a
-    layer's keys come out sorted by laying its rows out in expert order (no sort needed).
+    Each row's ids are sorted and unique and the experts of one layer are distinct (the
+    trace format rejects a repeated one), so a layer's keys come out sorted by laying its
+    rows out in expert order (no sort needed).
     """
     experts = chunk.experts[t - chunk.start].astype(np.int64)  # (n_layers, top_k)
     order = np.argsort(experts, axis=1, kind="stable")
@@ -185,16 +186,7 @@ def _token_work(chunk: TraceChunk, meta: TraceMeta, t: int) -> TokenWork:
     base = ((np.arange(meta.n_layers)[:, None] * meta.n_experts + by_expert) * meta.n_neurons).reshape(-1)
     a_table = (chunk.offsets, chunk.ids)
     p_table = a_table if chunk.pred_offsets is None or chunk.pred_ids is None else (chunk.pred_offsets, chunk.pred_ids)
-    work = TokenWork(experts, rows, base, meta.top_k, a_table, p_table)
-    if meta.top_k > 1 and np.any(by_expert[:, 1:] == by_expert[:, :-1]):
-        # a malformed trace repeats an expert: sort those layers' keys, and keep the flat form
-        active, a_bounds, predicted, p_bounds = work.active, work.a_bounds, work.predicted, work.p_bounds
-        for layer in np.flatnonzero(np.any(by_expert[:, 1:] == by_expert[:, :-1], axis=1)):
-            active[a_bounds[layer]:a_bounds[layer + 1]].sort()
-            if predicted is not active:
-                predicted[p_bounds[layer]:p_bounds[layer + 1]].sort()
-        work = TokenWork.flat(experts, active, a_bounds, predicted, p_bounds)
-    return work
+    return TokenWork(experts, rows, base, meta.top_k, a_table, p_table)
 
 
 @njit(cache=True)

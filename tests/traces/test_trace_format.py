@@ -13,7 +13,7 @@ from trace_helpers import random_trace, valid_parts, write_raw_trace
 
 from sim.cli import main
 from sim.errors import SimError
-from sim.traces.format import FORMAT_VERSION, Trace, check_dims, save_trace
+from sim.traces.format import FORMAT_VERSION, Trace, TraceMeta, check_dims, save_trace
 
 
 def _arrays(trace: Trace) -> list[tuple]:
@@ -159,3 +159,12 @@ def test_cli_reports_corrupt_trace_in_one_line(tmp_path, capsys):
     assert main(["trace", "info", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and str(path) in err
+
+
+def test_a_repeated_expert_in_a_layer_is_a_clean_error():
+    """The engine relies on a layer's experts being distinct (its keys then come out sorted)."""
+    meta = TraceMeta(model="hand", n_layers=1, n_neurons=10, hidden=8, n_experts=4, top_k=2, chunk_tokens=1)
+    rows = [np.array([5, 7], np.int32), np.array([1, 6], np.int32)]
+    with pytest.raises(SimError, match="same expert twice") as info:
+        Trace.from_rows(meta, rows, np.array([[[2, 2]]], dtype=np.int16), None)
+    assert info.value.field == "experts"
