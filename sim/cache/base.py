@@ -28,6 +28,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar
 
 import numpy as np
@@ -60,14 +61,24 @@ class StepResult:
         return self.keys[~self.hit]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class RunResult:
     """Outcome of a block of steps, per request (aligned with the block's items)."""
 
     hit: np.ndarray  # bool per request
-    loaded_bytes: np.ndarray  # int64 per request: bytes read from flash for it (0 on hits)
     evicted: np.ndarray | None  # keys evicted, when recording was asked for
     n_evicted: int
+    loaded: np.ndarray | None = None  # see loaded_bytes; None: derived from the hits and sizes
+    sizes: np.ndarray | None = None
+
+    @cached_property
+    def loaded_bytes(self) -> np.ndarray:
+        """int64 per request: bytes read from flash for it (0 on hits). Derived on first use:
+        the engine's replay asks only for the hits."""
+        if self.loaded is not None:
+            return self.loaded
+        assert self.sizes is not None
+        return np.where(self.hit, 0, self.sizes)
 
 
 class CachePolicy(ABC):
@@ -195,9 +206,8 @@ class CachePolicy(ABC):
                    next_use: np.ndarray, record: bool) -> RunResult:
         hit = np.empty(items.shape[0], dtype=np.bool_)
         n_ev = int(self._run(items, sizes, offsets, tokens, next_use, hit, self._evbuf, record))
-        loaded = np.where(hit, 0, sizes)
         evicted = self._evbuf[:n_ev].copy() if record else None
-        return RunResult(hit, loaded, evicted, n_ev)
+        return RunResult(hit, evicted, n_ev, sizes=sizes)
 
     @abstractmethod
     def _run(self, items: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, tokens: np.ndarray,

@@ -174,7 +174,7 @@ class Pi2Segmented(CachePolicy):
             assert h.evicted is not None and c.evicted is not None
             parts = [self.cluster_members(int(k)) for k in h.evicted]
             evicted = np.concatenate([*parts, c.evicted]).astype(np.int64) if parts else c.evicted
-        return RunResult(hit, loaded, evicted, h.n_evicted + c.n_evicted)
+        return RunResult(hit, evicted, h.n_evicted + c.n_evicted, loaded=loaded)
 
     def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):  # pragma: no cover
         raise NotImplementedError("composite policy: see _run_block")
