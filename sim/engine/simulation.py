@@ -23,7 +23,8 @@ from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine, Span, Usage
 from sim.engine.metrics import summarise
 from sim.engine.strategies.base import RunContext, TokenStats, get_strategy, parse_knobs
-from sim.engine.workload import check_trace_matches, iter_token_layers, popularity, replayable
+from sim.engine.trace_replay import replayable
+from sim.engine.workload import check_trace_matches, iter_token_layers, popularity
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
 from sim.profiles.memory import plan_memory

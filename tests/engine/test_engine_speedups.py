@@ -20,7 +20,8 @@ from sim.engine.machine import Machine
 from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters
 from sim.engine.simulation import simulate
 from sim.engine.strategies.powerinfer2 import _top_share
-from sim.engine.workload import LayerWork, ReplayTrace, TokenWork, iter_token_layers, popularity
+from sim.engine.trace_replay import ReplayTrace
+from sim.engine.workload import LayerWork, TokenWork, iter_token_layers, popularity
 from sim.errors import SimError
 from sim.traces.format import Trace, TraceChunk, TraceMeta
 from sim.traces.params import SynthDims
