@@ -12,7 +12,8 @@ names the placement rules; the knobs that drive both are strategy configuration
 - Partition (:func:`split_clusters`): per layer, the predicted neurons the CPU computes are
   cut into clusters of ``cluster_neurons``, resident neurons first (in their order), so
   compute starts while the I/O thread fetches the rest; the NPU takes the layer's hot
-  share as one dense cluster (``npu_activation_share`` of the offline activations).
+  share as one dense cluster (:func:`top_share`: the most active neurons of each expert
+  covering ``npu_activation_share`` of its offline activations).
 - Placement: a cluster goes to the fastest free compute thread (big core before mid
   before little, see :class:`sim.engine.machine.ThreadPool`), and waits first-come,
   first-served when none is free; its reads go to the I/O thread in arrival order.
@@ -164,3 +165,51 @@ def split_clusters(resident, fired, offsets, cluster):
             gate_miss[c_miss] += n_miss
             ud_miss[c_miss] += fired_miss
     return bounds, neurons, n_fired, gate_miss, ud_miss
+
+
+@njit(cache=True)
+def top_share(counts, share):
+    """Per row, the most counted entries (ties by index) that cover ``share`` of the row's
+    total: in that order an entry is taken while the counts before it sum to less than
+    ``share`` of the total, and only if its own count is positive.
+
+    A counting sort per row (profile counts are small integers), linear in the entries;
+    the taken entries are every one counted at least ``full`` plus the first ``partial``
+    (by index) of those counted ``partial_c``.
+    """
+    n_rows, n = counts.shape
+    out = np.zeros((n_rows, n), dtype=np.bool_)
+    top = 0
+    for r in range(n_rows):
+        for i in range(n):
+            top = max(top, counts[r, i])
+    hist = np.zeros(top + 1, dtype=np.int64)
+    for r in range(n_rows):
+        hist[:] = 0
+        total = 0
+        for i in range(n):
+            hist[counts[r, i]] += 1
+            total += counts[r, i]
+        limit = share * max(total, 1)
+        before = 0  # counts of the entries ahead of the current one
+        full = top + 1
+        partial_c = 0
+        partial = 0
+        for c in range(top, 0, -1):
+            k = hist[c]
+            j = 0
+            while j < k and before + j * c < limit:
+                j += 1
+            if j < k:
+                partial_c, partial = c, j
+                break
+            before += k * c
+            full = c
+        for i in range(n):
+            v = counts[r, i]
+            if v >= full and v > 0:
+                out[r, i] = True
+            elif partial > 0 and v == partial_c:
+                out[r, i] = True
+                partial -= 1
+    return out

@@ -17,9 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.engine.machine import Machine
-from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters
+from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.simulation import simulate
-from sim.engine.strategies.powerinfer2 import _top_share
 from sim.engine.trace_replay import ReplayTrace
 from sim.engine.workload import LayerWork, TokenWork, iter_token_layers, popularity
 from sim.errors import SimError
@@ -353,7 +352,7 @@ def reference_top_share(per: np.ndarray, share: float) -> np.ndarray:
        seed=st.integers(0, 99))
 def test_npu_share_selection_matches_the_sort(rows, n, top, share, seed):
     per = np.random.default_rng(seed).integers(0, top + 1, size=(rows, n)).astype(np.int64)
-    np.testing.assert_array_equal(_top_share(per, share), reference_top_share(per, share))
+    np.testing.assert_array_equal(top_share(per, share), reference_top_share(per, share))
 
 
 # -- reading a lazy trace ahead -----------------------------------------------------------------

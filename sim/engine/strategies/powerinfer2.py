@@ -22,13 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 from pydantic import Field
 
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
-from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters
+from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
@@ -90,7 +89,7 @@ class PowerInfer2(Strategy):
         """Per (layer, expert): hot neurons covering the NPU's share of activations."""
         meta, pop = self.ctx.meta, self.ctx.popularity
         per = pop.reshape(meta.n_layers * meta.n_experts, meta.n_neurons)
-        is_npu = _top_share(per, self.k.npu_activation_share).reshape(-1)
+        is_npu = top_share(per, self.k.npu_activation_share).reshape(-1)
         is_npu &= self.cache.is_hot  # the NPU computes resident neurons only
         counts = is_npu.reshape(meta.n_layers, meta.n_experts, meta.n_neurons).sum(axis=2)
         return is_npu, counts
@@ -394,54 +393,6 @@ class PowerInfer2(Strategy):
                 stats.flash_bytes += g * self.gate_block + u * self.ud_block
             total += attn + pred + max(cpu_ffn, npu_ffn, io)
         return total + parallel(costs.lm_head(), dtype)
-
-
-@njit(cache=True)
-def _top_share(counts, share):
-    """Per row, the most counted entries (ties by index) that cover ``share`` of the row's
-    total: in that order an entry is taken while the counts before it sum to less than
-    ``share`` of the total, and only if its own count is positive.
-
-    A counting sort per row (profile counts are small integers), linear in the entries;
-    the taken entries are every one counted at least ``full`` plus the first ``partial``
-    (by index) of those counted ``partial_c``.
-    """
-    n_rows, n = counts.shape
-    out = np.zeros((n_rows, n), dtype=np.bool_)
-    top = 0
-    for r in range(n_rows):
-        for i in range(n):
-            top = max(top, counts[r, i])
-    hist = np.zeros(top + 1, dtype=np.int64)
-    for r in range(n_rows):
-        hist[:] = 0
-        total = 0
-        for i in range(n):
-            hist[counts[r, i]] += 1
-            total += counts[r, i]
-        limit = share * max(total, 1)
-        before = 0  # counts of the entries ahead of the current one
-        full = top + 1
-        partial_c = 0
-        partial = 0
-        for c in range(top, 0, -1):
-            k = hist[c]
-            j = 0
-            while j < k and before + j * c < limit:
-                j += 1
-            if j < k:
-                partial_c, partial = c, j
-                break
-            before += k * c
-            full = c
-        for i in range(n):
-            v = counts[r, i]
-            if v >= full and v > 0:
-                out[r, i] = True
-            elif partial > 0 and v == partial_c:
-                out[r, i] = True
-                partial -= 1
-    return out
 
 
 def _wo(w: Work) -> tuple[float, float]:
