@@ -192,18 +192,11 @@ class TraceSynthesizer:
         n_static = (cum - p_sorted / p_sorted.sum(axis=1, keepdims=True) < drift_static[:, None]).sum(axis=1)
         self.drift_static_p = np.where(n_static > 0, p_sorted[np.arange(n_l), np.maximum(n_static - 1, 0)],
                                        np.inf).astype(np.float32)
-        # neuron id -> rank: a fresh random permutation for every (layer, expert) pool
-        rank = rng.permuted(np.broadcast_to(np.arange(n, dtype=np.int32), (n_l * n_e, n)), axis=1)
-        rank = np.ascontiguousarray(rank.reshape(n_l, n_e, n))
-        p32 = p_sorted.astype(np.float32)
-        p_by_id = np.ascontiguousarray(np.stack([p32[layer][rank[layer]] for layer in range(n_l)]))
         if self.group_size:
-            group_of_id = np.ascontiguousarray(rank // self.group_size)
             n_groups = -(-n // self.group_size)
             last_rank = np.minimum((np.arange(n_groups) + 1) * self.group_size, n) - 1
             group_p = p_sorted[:, last_rank].copy()
         else:
-            group_of_id = np.zeros((1, 1, 1), np.int32)
             group_p = np.zeros((n_l, 1))
         if self.with_pred:
             assert pred_spec is not None
@@ -211,18 +204,20 @@ class TraceSynthesizer:
             self.z_refresh = 1.0 - pred_spec["fp_persistence"]
             z_sorted = _false_positive_propensity(p_sorted, self.recall, pred_spec.get("precision"),
                                                   pred_spec.get("false_positive_rate"), pred_spec["fp_skew"])
-            z32 = z_sorted.astype(np.float32)
-            z_by_id = np.ascontiguousarray(np.stack([z32[layer][rank[layer]] for layer in range(n_l)]))
             expected_pred = (self.recall * p_sorted.sum(1) + (z_sorted * (1 - p_sorted)).sum(1)) / n
             self.z_state = np.zeros((n_l, n_e, padded), np.uint8)
         else:
             self.recall = np.ones(n_l)
             self.z_refresh = np.ones(n_l)
-            z_by_id = np.zeros((1, 1, 1), np.float32)
+            z_sorted = None
             expected_pred = np.zeros(n_l)
             self.z_state = np.zeros((1, 1, 1), np.uint8)
-        del rank
-        self.tables = _Tables(p_by_id, z_by_id, group_of_id, group_p, density, expected_pred)
+        self._density, self._expected_pred, self._group_p = density, expected_pred, group_p
+        # The per-neuron tables need a random permutation of every pool (~0.1 s for Mixtral):
+        # built on first use, so the metadata costs nothing and a trace read ahead on a
+        # background thread builds them there. Nothing else draws from `rng` meanwhile.
+        self._sorted: tuple[np.random.Generator, np.ndarray, np.ndarray | None] | None = (rng, p_sorted, z_sorted)
+        self._tables: _Tables | None = None
         self.state = np.zeros((n_l, n_e, padded), np.uint8)  # chain states, padded to 8-byte words
         self.last_t = np.full((n_l, n_e), -1, np.int64)
         self.active_count = np.zeros(n_l, np.int64)
@@ -236,12 +231,36 @@ class TraceSynthesizer:
         self.t = 0
 
     @property
+    def tables(self) -> _Tables:
+        """The per-neuron tables (propensity, false-positive propensity, group by neuron id)."""
+        if self._tables is None:
+            assert self._sorted is not None
+            rng, p_sorted, z_sorted = self._sorted
+            n_l, n_e, n = self.dims.n_layers, self.dims.n_experts, self.dims.n_neurons
+            # neuron id -> rank: a fresh random permutation for every (layer, expert) pool
+            rank = rng.permuted(np.broadcast_to(np.arange(n, dtype=np.int32), (n_l * n_e, n)), axis=1)
+            rank = np.ascontiguousarray(rank.reshape(n_l, n_e, n))
+            p32 = p_sorted.astype(np.float32)
+            p_by_id = np.ascontiguousarray(np.stack([p32[layer][rank[layer]] for layer in range(n_l)]))
+            group_of_id = (np.ascontiguousarray(rank // self.group_size) if self.group_size
+                           else np.zeros((1, 1, 1), np.int32))
+            if z_sorted is not None:
+                z32 = z_sorted.astype(np.float32)
+                z_by_id = np.ascontiguousarray(np.stack([z32[layer][rank[layer]] for layer in range(n_l)]))
+            else:
+                z_by_id = np.zeros((1, 1, 1), np.float32)
+            self._tables = _Tables(p_by_id, z_by_id, group_of_id, self._group_p, self._density,
+                                   self._expected_pred)
+            self._sorted = None
+        return self._tables
+
+    @property
     def target_density(self) -> np.ndarray:
-        return self.tables.density
+        return self._density
 
     @property
     def expected_predicted_density(self) -> np.ndarray:
-        return self.tables.expected_predicted
+        return self._expected_pred
 
     def drift_tokens(self, n_tokens: int) -> np.ndarray:
         """The tokens in ``[0, n_tokens)`` at which a context shift happens (empty when drift is off)."""
@@ -282,7 +301,7 @@ class TraceSynthesizer:
     def meta(self, n_tokens: int, chunk_tokens: int, prompt_tokens: int = 0) -> TraceMeta:
         d = self.dims
         extra: dict[str, Any] = {"params": self.params.name, "params_source": self.params.source,
-                                 "target_density": [round(float(x), 6) for x in self.tables.density]}
+                                 "target_density": [round(float(x), 6) for x in self._density]}
         predictor: dict[str, Any] = {}
         if self.with_pred:
             spec = self.params.predictor(d) or {}
