@@ -60,6 +60,15 @@ class ThreadPool(simpy.Store):
             event.succeed()
 
 
+def _put_now(store: simpy.Store, item: Any) -> None:
+    """Put ``item`` straight into ``store`` (the caller checked nobody waits): a thread pool
+    keeps its fastest-first order, a plain store its arrival order."""
+    if isinstance(store, ThreadPool):
+        store.insert(item)
+    else:
+        store.items.append(item)
+
+
 @dataclass
 class Span:
     unit: str
@@ -146,10 +155,7 @@ class Machine:
     def _give(self, store: simpy.Store, item: Any) -> bool:
         """Put ``item`` back at once; False when the caller must ``yield store.put(item)``."""
         if not store.get_queue and not store.put_queue and len(store.items) < store.capacity and self._quiet():
-            if isinstance(store, ThreadPool):
-                store.insert(item)
-            else:
-                store.items.append(item)
+            _put_now(store, item)
             return True
         return False
 
@@ -172,10 +178,7 @@ class Machine:
         if (not store.get_queue and not store.put_queue and len(store.items) + len(items) <= store.capacity
                 and self._quiet()):
             for item in items:
-                if isinstance(store, ThreadPool):
-                    store.insert(item)
-                else:
-                    store.items.append(item)
+                _put_now(store, item)
             return
         for item in items:
             if not self._give(store, item):

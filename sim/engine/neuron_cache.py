@@ -66,18 +66,6 @@ class NeuronCache:
         # one step at token -1 (before the run), as the replay fast path: no eviction list
         self.policy.run(order.astype(np.int64), np.array([0, order.size]), tokens=np.array([-1]))
 
-    def step_many(self, keys: np.ndarray, offsets: np.ndarray, token: int) -> np.ndarray:
-        """Serve several steps of one token at once (``keys[offsets[i]:offsets[i+1]]`` is step
-        i, e.g. one layer); returns per key whether it was resident. Hot keys are pinned;
-        the rest go to the policy as one block of steps (the replay fast path: keys are
-        valid and unique by construction, and no eviction list is recorded)."""
-        resident = self.is_hot[keys]
-        cold_mask = ~resident
-        before = np.zeros(keys.size + 1, dtype=np.int64)
-        np.cumsum(cold_mask, out=before[1:])
-        resident[cold_mask] = self.cold_hits(keys[cold_mask], before[offsets], token)
-        return resident
-
     def cold_hits(self, cold: np.ndarray, offsets: np.ndarray, token: int) -> np.ndarray:
         """Serve keys outside the hot region (``cold[offsets[i]:offsets[i+1]]`` is step i) through
         the policy; returns per key whether it was resident."""

@@ -85,19 +85,6 @@ class TokenWork(Sequence[LayerWork]):
         self._layers: list[LayerWork] | None = None
 
     @classmethod
-    def flat(cls, experts: np.ndarray, active: np.ndarray, a_bounds: np.ndarray, predicted: np.ndarray,
-             p_bounds: np.ndarray, layer_ids: np.ndarray | None = None) -> TokenWork:
-        """From flat per-layer key arrays (each layer one row of base 0)."""
-        n = a_bounds.shape[0] - 1
-        oracle = predicted is active
-        a_table = (a_bounds, active)
-        tw = cls(experts, np.arange(n), np.zeros(n, dtype=np.int64), 1, a_table,
-                 a_table if oracle else (p_bounds, predicted), layer_ids)
-        tw._flat["active"] = (active, a_bounds)
-        tw._flat["predicted"] = (active, a_bounds) if oracle else (predicted, p_bounds)
-        return tw
-
-    @classmethod
     def from_layers(cls, layers: Sequence[LayerWork]) -> TokenWork:
         """The flat form of consecutive layers' work (layer ``i`` of it is ``layers[i]``)."""
         if isinstance(layers, TokenWork):
@@ -106,7 +93,12 @@ class TokenWork(Sequence[LayerWork]):
         active, a_bounds = _concat([w.active for w in layers])
         predicted, p_bounds = (active, a_bounds) if oracle else _concat([w.predicted for w in layers])
         experts = np.array([w.experts for w in layers], dtype=np.int64).reshape(len(layers), -1)
-        tw = cls.flat(experts, active, a_bounds, predicted, p_bounds, np.array([w.layer for w in layers], np.int64))
+        n = len(layers)
+        a_table = (a_bounds, active)  # each layer one row of base 0
+        tw = cls(experts, np.arange(n), np.zeros(n, dtype=np.int64), 1, a_table,
+                 a_table if oracle else (p_bounds, predicted), np.array([w.layer for w in layers], np.int64))
+        tw._flat["active"] = (active, a_bounds)
+        tw._flat["predicted"] = (predicted, p_bounds)
         tw._layers = list(layers)
         return tw
 

@@ -375,9 +375,9 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
     buffers of ``cap_active`` / ``cap_pred`` entries, whose first ``n`` / ``m`` entries the
     caller keeps (no copy). Each row's ids come out sorted because neurons are visited in
     id order. A buffer that turns out too small is grown in place (so the chains' state
-    never needs a snapshot to retry from); ``ok`` is always True. ``active_count[layer]`` accumulates realised
+    never needs a snapshot to retry from). ``active_count[layer]`` accumulates realised
     activations for the density report. Context shifts (``drift_rate > 0``) rewrite
-    ``p_by_id``, ``z_by_id`` and ``group_of_id`` in place, so the caller restores them too.
+    ``p_by_id``, ``z_by_id`` and ``group_of_id`` in place.
     (A numba ``prange`` over layers was tried: on this shared 2-core machine it was slower.)
     """
     n_tok, n_layers, top_k = experts.shape
@@ -456,4 +456,4 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
                 _shift_pool(shifts[k], layer, e, key, drift_share, drift_static_p, p_by_id, refresh, state, last_t,
                             with_pred, z_by_id, z_refresh, z_state, recall, group_size, group_of_id, group_p,
                             strength, keep, gev, idx, uni)
-    return True, offsets, ids, n, pred_offsets, pred_ids, m
+    return offsets, ids, n, pred_offsets, pred_ids, m

@@ -220,11 +220,7 @@ class PowerInfer2(Strategy):
             stats.add_phase("attention_s", attn_d)
             stats.add_phase("predictor_s", pred_d)
             stats.add_phase("ffn_s", ffn_d)
-        if n_gate or n_ud:
-            flash = n_gate * self.gate_block + n_ud * self.ud_block
-            stats.flash_bytes += flash
-            usage.flash_bytes += flash
-            usage.flash_requests += n_gate + n_ud
+        self._book_reads(n_gate, n_ud, stats)
         usage.dram_bytes += head[0]
         stats.add_phase("lm_head_s", head_d)
         return end
@@ -283,13 +279,17 @@ class PowerInfer2(Strategy):
                 m.usage.busy_s[th.name] += seconds
         m.usage.dram_bytes += float(job_bytes[:, 0].sum() + job_bytes[has_ud, 1].sum())
         if n_gate or n_ud:
-            flash = n_gate * self.gate_block + n_ud * self.ud_block
-            stats.flash_bytes += flash
-            m.usage.flash_bytes += flash
-            m.usage.flash_requests += n_gate + n_ud
+            self._book_reads(n_gate, n_ud, stats)
             m.usage.busy_s["storage"] += float(io_busy[0])
             m.usage.busy_s[m.io_threads[0].name] += float(io_busy[0])
         return end
+
+    def _book_reads(self, n_gate: int, n_ud: int, stats: TokenStats) -> None:
+        """Book Gate and Up/Down read requests as flash traffic (the token's and the run's)."""
+        flash = n_gate * self.gate_block + n_ud * self.ud_block
+        stats.flash_bytes += flash
+        self.ctx.machine.usage.flash_bytes += flash
+        self.ctx.machine.usage.flash_requests += n_gate + n_ud
 
     def _thread_table(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Per compute thread (fastest first) its rate and reach; the CPU's DRAM figure
