@@ -53,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    except OSError as exc:  # disk full, permissions, a path that vanished: the user's to fix
+        where = f"{exc.filename}: " if getattr(exc, "filename", None) else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except Exception as exc:
         # Usage errors from typer's bundled click (typer._click) or a standalone click:
         # recognised by their interface, so either vendoring works.
@@ -63,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                 opts = getattr(param, "opts", None) or [getattr(param, "name", "")]
                 where = f"{opts[0]}: "
             message = " ".join(str(exc.format_message()).split())
-            print(f"error: {where}{message}", file=sys.stderr)
+            if message or where:  # an empty one is `sim` with no arguments: the help was the answer
+                print(f"error: {where}{message}", file=sys.stderr)
             return int(exc.exit_code) or 2
         if type(exc).__name__ in ("Abort", "Exit"):
             return int(getattr(exc, "exit_code", 1) or 0)

@@ -7,6 +7,8 @@ predictions: no profile number or strategy default is fitted to them.
 
 from __future__ import annotations
 
+import difflib
+import math
 from importlib import resources
 from typing import Any
 
@@ -18,6 +20,11 @@ from sim.profiles.yamlio import load_yaml_text
 RUN_KEYS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "policy", "preset",
             "prompt_tokens")
 DEFAULT_TOLERANCE = 0.15
+
+
+def published_path() -> str:
+    """Where the published points live, as a path a user can open (named in id errors)."""
+    return str(resources.files("sim.data").joinpath("validation/published.yaml"))
 
 
 def load_points() -> list[dict[str, Any]]:
@@ -85,10 +92,50 @@ def _memory_summary(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {**plan.resident, "neuron_cache": plan.neuron_cache_bytes, "unused": plan.unused_bytes}
 
 
+# Row status (the ``status`` column): a prediction, a run that raised, or a figure kept for the record.
+OK, FAILED, NOT_MODELLED = "ok", "failed", "not modelled"
+COLUMNS = ["id", "source", "device", "model", "strategy", "metric", "setting", "published", "predicted",
+           "error_pct", "within_tolerance", "tolerance_pct", "required", "modelled", "status", "error"]
+
+
+def check_ids(ids: list[str] | None, points: list[dict[str, Any]] | None = None) -> None:
+    """Refuse unknown point ids before anything runs.
+
+    A typo would otherwise select nothing (an empty table) or be silently dropped next
+    to a valid id, and the user would believe the point was checked.
+    """
+    if not ids:
+        return
+    known = [str(p["id"]) for p in (load_points() if points is None else points)]
+    unknown = list(dict.fromkeys(i for i in ids if i not in known))
+    if not unknown:
+        return
+    close = [m for i in unknown for m in difflib.get_close_matches(i, known, n=2)]
+    hint = f" (did you mean {', '.join(dict.fromkeys(close))}?)" if close else ""
+    what = "unknown point id" if len(unknown) == 1 else "unknown point ids"
+    raise SimError(f"{what} {', '.join(map(repr, unknown))}{hint}; ids: {', '.join(known)}",
+                   source=published_path(), field="point id")
+
+
+def check_decode_tokens(decode_tokens: int) -> int:
+    """Refuse a token count no run accepts before the table starts (memory points would pass)."""
+    if isinstance(decode_tokens, bool) or not isinstance(decode_tokens, int) or decode_tokens < 1:
+        raise SimError(f"must be an integer >= 1, got {decode_tokens!r}", field="--decode-tokens")
+    return decode_tokens
+
+
 def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error: str = "record") -> pd.DataFrame:
-    """Run every published point (or those named) and return one row per point."""
+    """Run every published point (or those named) and return one row per point.
+
+    ``status`` says what a row holds: ``ok`` (a prediction), ``failed`` (the run raised;
+    ``error`` says why) or ``not modelled`` (kept for the record; ``error`` gives the reason).
+    Unknown ids and a bad ``decode_tokens`` raise :class:`SimError` before any point runs.
+    """
+    points = load_points()
+    check_ids(ids, points)
+    check_decode_tokens(decode_tokens)
     rows = []
-    for point in load_points():
+    for point in points:
         if ids and point["id"] not in ids:
             continue
         if point.get("modelled") is False:  # a published figure kept for the record, with the reason
@@ -98,10 +145,13 @@ def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error:
                          "published": float(point["published"]), "predicted": float("nan"),
                          "error_pct": float("nan"), "within_tolerance": False,
                          "error": f"not modelled: {point['why']}", "tolerance_pct": float("nan"),
-                         "required": False, "modelled": False})
+                         "required": False, "modelled": False, "status": NOT_MODELLED})
             continue
         try:
-            rows.append(run_point(point, decode_tokens=decode_tokens))
+            row = run_point(point, decode_tokens=decode_tokens)
+            if not math.isfinite(row["predicted"]):  # no number to compare: a failure, not an error of nan%
+                raise SimError(f"the run gave {row['predicted']} for {point['metric']!r}", field="metric")
+            rows.append({**row, "modelled": True, "status": OK})
         except SimError as exc:
             if on_error == "raise":
                 raise
@@ -112,8 +162,10 @@ def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error:
                          "published": float(point["published"]), "predicted": float("nan"),
                          "error_pct": float("nan"), "within_tolerance": False, "error": str(exc),
                          "tolerance_pct": 100 * float(point.get("tolerance", DEFAULT_TOLERANCE)),
-                         "required": bool(point.get("required", True))})
-    return pd.DataFrame(rows)
+                         "required": bool(point.get("required", True)), "modelled": True, "status": FAILED})
+    df = pd.DataFrame(rows)
+    # An empty selection still has the columns callers index (``error_pct``, ``status``, ...).
+    return df if len(df) else pd.DataFrame(columns=COLUMNS)
 
 
 def point_budget_bytes(point: dict[str, Any], *, context_tokens: int = 128) -> int:

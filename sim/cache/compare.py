@@ -52,7 +52,11 @@ def parse_policies(text: str | Sequence[str]) -> list[str]:
 
 
 def resolve_sizes(sizes: str | Sequence[str | int | SizeSpec], total_bytes: int) -> list[int]:
-    """Sizes as bytes (``50``, ``2MiB``) or percentages of ``total_bytes`` -> sorted bytes."""
+    """Sizes as bytes (``50``, ``2MiB``) or percentages of ``total_bytes`` -> sorted bytes.
+
+    A byte size above ``total_bytes`` is refused: a cache larger than everything it could
+    hold measures nothing, and its "% of items" (thousands of percent) reads as a typo.
+    """
     items = [s.strip() for s in sizes.split(",")] if isinstance(sizes, str) else list(sizes)
     items = [s for s in items if not (isinstance(s, str) and not s)]
     if not items:
@@ -60,7 +64,11 @@ def resolve_sizes(sizes: str | Sequence[str | int | SizeSpec], total_bytes: int)
     out = []
     for s in items:
         spec = s if isinstance(s, SizeSpec) else parse_size_or_percent(s, field="--sizes")
-        out.append(spec.resolve(total_bytes))
+        cap = spec.resolve(total_bytes)
+        if cap > total_bytes:
+            raise SimError(f"must be in [1, {total_bytes:,}] bytes (100% = all item bytes) or (0, 100]%, "
+                           f"got {str(s)!r} = {cap:,} B", field="--sizes")
+        out.append(cap)
     return sorted(set(out))
 
 

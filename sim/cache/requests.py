@@ -80,10 +80,33 @@ def read_requests_csv(path: str | Path) -> tuple[ItemSpace, RequestBlock]:
         raise SimError("no requests", source=src)
     cols = {}
     for name in [c for c in ("step", "key", "size") if c in df.columns]:
+        lo, hi, allowed = _INT_RANGES[name]
         col = pd.to_numeric(df[name], errors="coerce")
-        bad = col.isna() | (col != np.floor(col))
+        if col.dtype.kind in "iu":  # read as integers: only the range can be wrong
+            values = col.to_numpy()
+            bad = (values < lo) | (values > hi)
+        else:  # floats (1e30, 10.5) or text: check before any cast to int64 wraps or truncates
+            values = col.to_numpy(dtype=float)
+            with np.errstate(invalid="ignore"):
+                bad = ~np.isfinite(values) | (values != np.floor(values)) | (values < lo) | (values >= hi + 1.0)
         if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            raise SimError(f"row {row + 1}: {df[name].iloc[row]!r} is not an integer", source=src, field=name)
+            row = int(np.flatnonzero(bad)[0])
+            raise SimError(f"row {row + 1}: must be an integer in {allowed}, got {_shown(df[name].iloc[row])}",
+                           source=src, field=name)
         cols[name] = col.to_numpy(dtype=np.int64)
     return requests_from_arrays(cols["step"], cols["key"], cols.get("size"), source=src)
+
+
+# Allowed values per column: steps and keys are any int64 (keys are often 64-bit hashes); a size is
+# a byte count of one item, at most 1 TiB (2**40), so sums over many items stay far inside int64.
+_INT_RANGES = {"step": (-(2**63), 2**63 - 1, "[-2**63, 2**63)"), "key": (-(2**63), 2**63 - 1, "[-2**63, 2**63)"),
+               "size": (1, 2**40, "[1, 2**40]")}
+
+
+def _shown(value: object) -> str:
+    """A cell as the user wrote it, without numpy's repr: ``1e+30``, ``10.5``, ``'abc'``, an empty cell."""
+    if isinstance(value, str):
+        return repr(value.strip())
+    if pd.isna(value):
+        return "an empty cell"
+    return f"{float(value):g}" if isinstance(value, float | np.floating) else str(value)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -27,7 +28,7 @@ def compare(
     sizes: str = typer.Option("1%,5%,10%,25%,50%", "--sizes",
                               help="Cache sizes: bytes (50, 2MiB) or % of all FFN/item bytes, comma-separated."),
     json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
-    out: Path | None = typer.Option(None, "--out", help="Write the rows to a CSV (or .parquet) file."),
+    out: Path | None = typer.Option(None, "--out", help="Write the rows to a .csv (or .parquet) file."),
     plot: Path | None = typer.Option(None, "--plot",
                                      help="Write the miss-ratio and flash-traffic plot (PNG, PDF, SVG)."),
     neuron_bytes: str | None = typer.Option(
@@ -47,12 +48,14 @@ def compare(
 ) -> None:
     """Replay a trace or request stream through cache policies at several sizes."""
     from sim.cache.compare import compare_requests, compare_trace, parse_policies
+    from sim.commands.common import check_output, json_text
     from sim.traces.format import Trace
 
     if (trace is None) == (requests is None):
         raise SimError("give exactly one of --trace T.npz or --requests R.csv", field="--trace")
-    if plot is not None and plot.suffix.lower() not in (".png", ".pdf", ".svg"):
-        raise SimError(f"plot format must be .png, .pdf or .svg, got {plot.suffix or 'no suffix'!r}", field="--plot")
+    # Before any replay: a result that cannot be saved is work lost.
+    check_output(out, "--out", suffixes=(".csv", ".parquet"))
+    check_output(plot, "--plot", suffixes=(".png", ".pdf", ".svg"))
     names = parse_policies(policies)
     options = {"window_tokens": window_tokens, "hot_fraction": hot_fraction, "warmup_tokens": warmup_tokens}
     if window_tokens < 1:
@@ -80,7 +83,7 @@ def compare(
         title = f"{requests.name}: {int(df['tokens'].iloc[0]) if len(df) else 0} steps"
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
-        if out.suffix == ".parquet":
+        if out.suffix.lower() == ".parquet":
             df.to_parquet(out, index=False)
         else:
             df.to_csv(out, index=False)
@@ -89,14 +92,19 @@ def compare(
 
         plot_cache_comparison(df, plot, title=title)
     if json_out:
-        print(json.dumps(json.loads(df.to_json(orient="records")), indent=2))
+        print(json_text(json.loads(df.to_json(orient="records"))))
         return
     table = Table("policy", "capacity", "% of items", "hit ratio", "miss ratio", "flash/token", title=title)
     for r in df.itertuples(index=False):
-        table.add_row(r.policy, format_bytes(r.capacity_bytes), f"{r.capacity_pct:.2f}", f"{r.hit_ratio:.4f}",
-                      f"{r.miss_ratio:.4f}", format_bytes(r.flash_bytes_per_token))
+        table.add_row(r.policy, format_bytes(r.capacity_bytes), _fixed(r.capacity_pct, 2), _fixed(r.hit_ratio, 4),
+                      _fixed(r.miss_ratio, 4), format_bytes(r.flash_bytes_per_token))
     console = Console()
     console.print(table)
     for label, path in (("rows", out), ("plot", plot)):
         if path is not None:
             console.print(f"wrote {label}: {path}")
+
+
+def _fixed(value: float, digits: int) -> str:
+    """``value`` to ``digits`` decimals, or ``-`` when there is none (no items, no requests): never ``nan``."""
+    return f"{value:.{digits}f}" if math.isfinite(value) else "-"

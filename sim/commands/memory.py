@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from sim.errors import SimError
 from sim.profiles.memory import DEFAULT_CONTEXT_TOKENS, plan_memory
 from sim.profiles.registry import load_device, load_model
 from sim.units import format_bytes
@@ -28,12 +27,17 @@ def memory(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the DRAM breakdown for a model on a device at a budget or offload fraction."""
-    from sim.commands.common import check_dtype
+    from sim.commands.common import check_dtype, json_text
 
-    plan = plan_memory(load_model(model), load_device(device), budget=memory_budget, offload=offload,
+    mod = load_model(model)
+    # A KV cache longer than the model can attend is a plan for a run that cannot happen.
+    if context_tokens > mod.max_context:
+        raise SimError(f"must be at most the model's max_context {mod.max_context}, got {context_tokens}",
+                       field="--context-tokens")
+    plan = plan_memory(mod, load_device(device), budget=memory_budget, offload=offload,
                        weights_dtype=check_dtype(weights_dtype), context_tokens=context_tokens)
     if json_out:
-        print(json.dumps(plan.to_dict(), indent=2))
+        print(json_text(plan.to_dict()))
         return
     title = f"{plan.model} on {plan.device}, {plan.weights_dtype}, budget {format_bytes(plan.budget_bytes)}"
     table = Table("component", "bytes", "GB", "share of budget", title=title)

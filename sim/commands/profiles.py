@@ -10,6 +10,7 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from sim.commands.common import json_text
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
 from sim.profiles.model import ModelProfile
@@ -27,7 +28,7 @@ def list_profiles(json_out: bool = typer.Option(False, "--json", help="Print JSO
             prof = load_profile_file(kind, resolve_path(kind, name))
             rows.append({"kind": kind, "name": name, "description": getattr(prof, "description", "")})
     if json_out:
-        print(json.dumps(rows, indent=2))
+        print(json_text(rows))
         return
     table = Table("kind", "name", "description")
     for r in rows:
@@ -53,7 +54,7 @@ def show(name: str = typer.Argument(..., help="Profile name or path."),
         names = ", ".join(bundled_names("device") + bundled_names("model"))
         raise SimError(f"unknown profile {name!r}; bundled: {names}", field="NAME")
     data = matches[0].model_dump(mode="json")
-    print(json.dumps(data, indent=2) if json_out else yaml.safe_dump(data, sort_keys=False), end="")
+    print(json_text(data) + "\n" if json_out else yaml.safe_dump(data, sort_keys=False), end="")
 
 
 @app.command("validate")

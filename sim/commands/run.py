@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +31,31 @@ def _parse_sets(values: list[str]) -> dict[str, Any]:
     return knobs
 
 
-def _load_plan(path: Path) -> dict[str, Any]:
+def _plan_knobs(path: Path, strategy: str, run: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The knobs of a ``sim plan`` file (or a bare knob mapping), checked against this run.
+
+    A plan's knobs belong to one strategy, so a plan for another is an error naming the
+    file; a plan made for another device, model or budget still runs (the knobs may
+    transfer) but says so, since its predicted figures do not apply.
+    """
+    from sim.engine.strategies import get_strategy
+    from sim.engine.strategies.base import parse_knobs
     from sim.profiles.yamlio import load_yaml_file
 
-    return load_yaml_file(path)
+    loaded = load_yaml_file(path)
+    knobs = loaded.get("knobs", {}) if "knobs" in loaded else loaded
+    if not isinstance(knobs, dict):
+        raise SimError(f"must be a mapping of strategy knobs (key: value), got {type(knobs).__name__}",
+                       source=str(path), field="knobs")
+    made_for = loaded.get("strategy")
+    if made_for is not None and made_for != strategy:
+        raise SimError(f"the plan's knobs are for the {made_for} strategy; this run uses {strategy} "
+                       f"(pass --strategy {made_for})", source=str(path), field="strategy")
+    parse_knobs(get_strategy(strategy), dict(knobs), source=f"{path}: knobs")
+    notes = [f"{key} {loaded[key]} (this run: {run[key]})" for key in ("device", "model", "memory_budget")
+             if key in loaded and str(loaded[key]) != str(run[key])]
+    warnings = [f"{path} was planned for {', '.join(notes)}; its knobs are applied as they are"] if notes else []
+    return knobs, warnings
 
 
 def run(
@@ -64,19 +84,31 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
-    from sim.commands.common import check_dtype
+    from sim.commands.common import PLOT_SUFFIXES, check_dtype, check_output, json_text
     from sim.engine.simulation import simulate
 
+    # Outputs are checked before the run, so a finished simulation is never lost to a bad path.
+    check_output(timeline, "--timeline", suffixes=(".json",))
+    check_output(gantt, "--gantt", suffixes=PLOT_SUFFIXES)
+    check_output(tokens_csv, "--tokens-csv", suffixes=(".csv",))
+    if mode == "analytic":
+        for flag, value in (("--timeline", timeline), ("--gantt", gantt)):
+            if value is not None:
+                raise SimError("the analytic cost model has no timeline; drop it or use --mode des", field=flag)
     knobs: dict[str, Any] = {}
+    plan_warnings: list[str] = []
     if plan is not None:
-        loaded = _load_plan(plan)
-        knobs.update(loaded.get("knobs", {}) if "knobs" in loaded else loaded)
+        budget = memory_budget or (f"offload {offload}" if offload is not None else "the device's usable DRAM")
+        plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {"device": device, "model": model,
+                                                                 "memory_budget": budget})
+        knobs.update(plan_knobs)
     knobs.update(_parse_sets(sets))
     result = simulate(device, model, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
                       offload=offload, weights_dtype=check_dtype(weights_dtype), prompt_tokens=prompt_tokens,
                       decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
                       policy=policy, seed=seed,
                       mode=mode, knobs=knobs, timeline=timeline is not None or gantt is not None)
+    result.summary["warnings"] = plan_warnings + list(result.summary.get("warnings", []))
     if timeline is not None:
         from sim.engine.timeline import write_perfetto
 
@@ -88,12 +120,19 @@ def run(
     if tokens_csv is not None:
         result.tokens.to_csv(tokens_csv, index=False)
     if json_out:
-        print(json.dumps(result.summary, indent=2, default=_jsonable))
+        print(json_text(_plain(result.summary)))
         return
     _print_table(result.summary)
 
 
-def _jsonable(value: Any) -> Any:
+def _plain(value: Any) -> Any:
+    """The summary as JSON types: numbers stay numbers (numpy's too), anything else its text."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
     try:
         return float(value)
     except (TypeError, ValueError):

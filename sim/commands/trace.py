@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from sim.commands.common import check_output
 from sim.errors import SimError
 
 app = typer.Typer(help="Record, inspect, fit, synthesise and compare activation traces.", no_args_is_help=True)
@@ -18,6 +20,19 @@ def _load(path: Path) -> Any:
     from sim.traces.format import Trace
 
     return Trace.load(path)
+
+
+# What each writer produces, so a wrong extension fails before the work, not after.
+TRACE_SUFFIXES = (".npz",)
+PARAMS_SUFFIXES = (".yaml", ".yml")
+PLOT_SUFFIXES = (".png", ".pdf", ".svg")
+
+
+def _json(text: str) -> str:
+    """Re-emit the statistics' JSON strictly: a NaN figure (e.g. an empty layer) becomes null."""
+    from sim.commands.common import json_text
+
+    return json_text(json.loads(text))
 
 
 def _positive(value: int, flag: str, minimum: int = 1) -> int:
@@ -41,6 +56,7 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
     _positive(tokens, "--tokens")
     if not text.is_file():
         raise SimError("no such text file", source=str(text), field="--text")
+    check_output(out, "--out", suffixes=TRACE_SUFFIXES)
     try:
         from sim.inference.recorder import record_trace
     except ImportError as exc:
@@ -81,7 +97,7 @@ def info(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Trace fil
 
 
 def _fmt(value: Any) -> str:
-    if value is None:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
         return "-"
     if isinstance(value, float):
         return f"{value:.4f}"
@@ -91,14 +107,16 @@ def _fmt(value: Any) -> str:
 @app.command("stats")
 def stats(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Trace file (.npz)."),
           json_out: bool = typer.Option(False, "--json", help="Print all statistics as JSON."),
-          plot: Path | None = typer.Option(None, "--plot", help="Write a figure (PNG) of the main statistics."),
+          plot: Path | None = typer.Option(None, "--plot",
+                                           help="Write a figure (PNG, PDF or SVG) of the main statistics."),
           ) -> None:
     """Density, popularity, sliding-window and reuse statistics of a trace."""
     from sim.traces.stats import summary_rows, to_json, trace_stats
 
+    check_output(plot, "--plot", suffixes=PLOT_SUFFIXES)
     result = trace_stats(_load(trace_path))
     if json_out:
-        print(to_json(result))
+        print(_json(to_json(result)))
     else:
         rows = summary_rows(result)
         width = max(len(k) for k, _ in rows)
@@ -150,7 +168,7 @@ def compare(a: Path = typer.Argument(..., metavar="A", help="First trace."),
 
     sa, sb = trace_stats(_load(a)), trace_stats(_load(b))
     if json_out:
-        print(to_json({"a": sa, "b": sb}))
+        print(_json(to_json({"a": sa, "b": sb})))
         return
     ra, rb = dict(summary_rows(sa)), dict(summary_rows(sb))
     keys = list(ra) + [k for k in rb if k not in ra]
@@ -159,8 +177,9 @@ def compare(a: Path = typer.Argument(..., metavar="A", help="First trace."),
     print(f"{'':<{width}}  {a.name[:10]:>10}  {b.name[:10]:>10}")
     for key in keys:
         va, vb = ra.get(key), rb.get(key)
-        rel = f"{(vb / va - 1) * 100:+7.1f}%" if isinstance(va, int | float) and isinstance(vb, int | float) \
-            and va else ""
+        numbers = isinstance(va, int | float) and isinstance(vb, int | float) and math.isfinite(va) \
+            and math.isfinite(vb)
+        rel = f"{(vb / va - 1) * 100:+7.1f}%" if numbers and va else ""
         print(f"{key:<{width}}  {_fmt(va):>10}  {_fmt(vb):>10}  {rel:>8}")
 
 
@@ -201,6 +220,7 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
     _positive(chunk_tokens, "--chunk-tokens")
     if preset is not None and params is not None:
         raise SimError("give either --preset or --params, not both", field="--preset")
+    check_output(out, "--out", suffixes=TRACE_SUFFIXES)
     if params is not None:
         chosen = load_params(params)
     else:
@@ -229,6 +249,7 @@ def fit(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Recorded t
     """Estimate synthetic-generator parameters from a trace (they transfer to other widths)."""
     from sim.traces.fit import fit_params, write_params
 
+    check_output(out, "--out", suffixes=PARAMS_SUFFIXES)
     raw = fit_params(_load(trace_path), name=name, source_label=str(trace_path))
     write_params(raw, out)
     dens = raw["density"]["value"]

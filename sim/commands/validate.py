@@ -6,10 +6,11 @@ import json
 import math
 from pathlib import Path
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from sim.errors import SimError
 
 
 def register(app: typer.Typer) -> None:
@@ -20,12 +21,19 @@ def validate_cmd(
     ids: list[str] = typer.Argument(None, help="Point ids to run (default: all)."),
     decode_tokens: int = typer.Option(64, "--decode-tokens", help="Decode tokens per point."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
-    csv_out: Path | None = typer.Option(None, "--out", help="Write the table as CSV."),
+    csv_out: Path | None = typer.Option(None, "--out", help="Write the table as CSV (.csv)."),
     plot_dir: Path | None = typer.Option(None, "--plot",
                                          help="Folder to write the published-vs-predicted plots (PNG) to."),
 ) -> None:
     """Run the published points (sim/data/validation/published.yaml) and report the error."""
-    from sim.validation import validate
+    from sim.commands.common import check_output, json_text
+    from sim.validation import FAILED, NOT_MODELLED, check_decode_tokens, check_ids, validate
+
+    # Everything a user can get wrong fails here, before the table (seconds to minutes) runs.
+    check_ids(ids or None)
+    check_decode_tokens(decode_tokens)
+    check_output(csv_out, "--out", suffixes=(".csv",))
+    check_output(plot_dir, "--plot", directory=True)
 
     df = validate(ids or None, decode_tokens=decode_tokens)
     if csv_out is not None:
@@ -39,29 +47,35 @@ def validate_cmd(
     ok = df["error_pct"].notna()
     mape = float(df.loc[ok, "error_pct"].abs().mean()) if ok.any() else math.nan
     if json_out:
-        print(json.dumps({"points": json.loads(df.to_json(orient="records")), "mape_pct": mape}, indent=2))
+        print(json_text({"points": json.loads(df.to_json(orient="records")), "mape_pct": mape}))
     else:
         table = Table("id", "source", "device", "model", "strategy", "setting", "metric", "published", "predicted",
                       "error %", title="published vs predicted")
         for row in df.to_dict("records"):
-            err = row.get("error_pct")
-            mark = "" if row.get("within_tolerance") else " *"
+            status = row.get("status")
+            if status == NOT_MODELLED:  # a figure kept for the record: say so, not "failed"
+                predicted, error = "not modelled", str(row.get("error", "")).removeprefix("not modelled: ")
+            elif status == FAILED:
+                predicted, error = "failed", str(row.get("error", ""))
+            else:
+                mark = "" if row.get("within_tolerance") else " *"
+                predicted, error = f"{row['predicted']:.4g}", f"{row['error_pct']:+.1f}{mark}"
             table.add_row(row["id"], row["source"], row["device"], row["model"], row["strategy"],
-                          _setting(row.get("setting")),
-                          row["metric"], f"{row['published']:g}",
-                          "failed" if err != err else f"{row['predicted']:.4g}",
-                          (row.get("error", "") if err != err else f"{err:+.1f}{mark}"))
+                          _setting(row.get("setting")), row["metric"], f"{row['published']:g}", predicted, error)
         console = Console(width=200)
         console.print(table)
-        console.print(f"mean absolute percentage error: {mape:.1f}% over {int(ok.sum())} points "
-                      "(* = outside the point's tolerance)")
+        if ok.any():
+            console.print(f"mean absolute percentage error: {mape:.1f}% over {int(ok.sum())} points "
+                          "(* = outside the point's tolerance)")
+        else:
+            console.print("mean absolute percentage error: - (no point has a prediction)")
         for source, group in df[ok].groupby(df.loc[ok, "source"].str.extract(r"^(\[\w+\])")[0]):
             console.print(f"  {source}: MAPE {group['error_pct'].abs().mean():.1f}% over {len(group)} points")
         for path in written:
             console.print(f"wrote plot: {path}")
-    modelled = df["modelled"].fillna(True).astype(bool) if "modelled" in df.columns else pd.Series(True, df.index)
-    if not ok[modelled].all():  # a point that should run could not
-        raise typer.Exit(2)
+    failed = df.loc[df["status"] == FAILED, "id"].tolist()
+    if failed:  # a point that should run could not: the table says why, the exit status says so
+        raise SimError(f"{len(failed)} point(s) could not run: {', '.join(failed)} (the table gives each error)")
 
 
 def _setting(value: object) -> str:

@@ -37,11 +37,26 @@ def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, 
         if busy_s else {},
         "phases_ms_per_token": {c[:-2]: float(tokens[c].mean() * 1e3) for c in tokens.columns
                                 if c.endswith("_s") and not c.startswith("busy_") and c != "latency_s"},
-        "warnings": warnings,
+        "warnings": list(warnings) + _thrash_warning(hits, requests, plan),
     }
     if device.power is not None and busy_s:
         out["energy_j_per_token"] = _energy_per_token(device, busy_s, decode_s, len(lat), tokens)
     return out
+
+
+# Below this hit ratio, with at least THRASH_RESIDENT of the FFN's bytes given to the cache,
+# the cache is not holding what it was sized for: said out loud, since "FFN resident" in
+# the memory table would otherwise read as if those weights were being served from DRAM.
+THRASH_HIT_RATIO = 0.05
+THRASH_RESIDENT = 0.25
+
+
+def _thrash_warning(hits: int, requests: int, plan: MemoryPlan) -> list[str]:
+    if not requests or plan.ffn_resident_fraction < THRASH_RESIDENT or hits / requests >= THRASH_HIT_RATIO:
+        return []
+    return [f"the cache holds {plan.ffn_resident_fraction:.0%} of the FFN's bytes but serves only "
+            f"{hits / requests:.1%} of requests: the access pattern cycles through more than the cache holds, "
+            "so its policy evicts each item before its reuse (try --policy s3fifo or a larger budget)"]
 
 
 def _energy_per_token(device: DeviceProfile, busy_s: dict[str, float], decode_s: float, n_tokens: int,

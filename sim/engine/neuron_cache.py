@@ -15,6 +15,28 @@ from sim.cache.base import CachePolicy
 from sim.errors import SimError
 
 
+def timed_policy_options(policy: str, popularity: np.ndarray | None, options: dict | None = None) -> dict:
+    """The options a timed run gives cache policy ``policy``, or a ``--policy`` error if it cannot run.
+
+    Every strategy that takes ``--policy`` asks here, so an offline-only policy (Belady
+    needs the future) or one that needs a profile the strategy does not keep fails with
+    the same one-line message whichever strategy was chosen.
+    """
+    from sim.cache import policy_class
+
+    out = dict(options or {})
+    cls = policy_class(policy)
+    if cls.needs_future:
+        raise SimError(f"{policy} needs the future of the trace (an offline bound); compare it with "
+                       "`sim cache compare`, not in a timed run", field="--policy")
+    if cls.needs_profile:
+        if popularity is None:
+            raise SimError(f"{policy} needs an offline hot-neuron profile, which only the powerinfer2 strategy "
+                           "keeps; choose another policy or strategy", field="--policy")
+        out.setdefault("profile_counts", popularity)
+    return out
+
+
 class NeuronCache:
     def __init__(self, n_keys: int, item_bytes: int, capacity_bytes: int, popularity: np.ndarray | None,
                  hot_share: float, policy: str, policy_options: dict | None = None, preload: bool = True):
@@ -30,18 +52,7 @@ class NeuronCache:
                 self.is_hot[hot] = True
         self.hot_bytes = n_hot * item_bytes
         self.cold_capacity = max(0, capacity_bytes - self.hot_bytes)
-        from sim.cache import policy_class
-
-        options = dict(policy_options or {})
-        cls = policy_class(policy)
-        if cls.needs_future:
-            raise SimError(f"{policy} needs the future of the trace (an offline bound); compare it with "
-                           "`sim cache compare`, not in a timed run", field="--policy")
-        if cls.needs_profile:
-            if popularity is None:
-                raise SimError(f"{policy} needs an offline profile, which this strategy does not keep",
-                               field="--policy")
-            options.setdefault("profile_counts", popularity)
+        options = timed_policy_options(policy, popularity, policy_options)
         self.policy: CachePolicy = make_policy(policy, capacity_bytes=self.cold_capacity, n_items=n_keys,
                                                item_bytes=item_bytes, **options)
         if popularity is not None and preload:

@@ -100,23 +100,46 @@ def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -
     return trace
 
 
-def simulate(device: str | Path | DeviceProfile = "oneplus-12",
-             model: str | Path | ModelProfile = "turbosparse-mixtral-47b",
-             strategy: str = "powerinfer2", *, trace: str | Path | Trace | None = None,
-             preset: str | None = None, memory_budget: str | int | None = None, offload: float | None = None,
-             weights_dtype: str | None = None, prompt_tokens: int = 64, decode_tokens: int = 128,
-             warmup_tokens: int = 16, profile_tokens: int | None = None, policy: str | None = None, seed: int = 0,
-             mode: str = "des",
-             knobs: dict[str, Any] | None = None, timeline: bool = False) -> SimResult:
-    """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens."""
-    wall0 = time.perf_counter()
+@dataclass
+class RunSetup:
+    """What a run's options resolve to before any trace is read (see :func:`check_options`)."""
+
+    device: DeviceProfile
+    model: ModelProfile
+    strategy: type
+    knobs: Any
+    plan: Any  # sim.profiles.memory.MemoryPlan
+    compute_cores: list[str]
+    io_cores: list[str]
+    offload: float | None  # as given, or 0 for the dense strategy
+
+
+def check_options(device: str | Path | DeviceProfile = "oneplus-12",
+                  model: str | Path | ModelProfile = "turbosparse-mixtral-47b",
+                  strategy: str = "powerinfer2", *, memory_budget: str | int | None = None,
+                  offload: float | None = None, weights_dtype: str | None = None, prompt_tokens: int = 64,
+                  decode_tokens: int = 128, warmup_tokens: int = 16, profile_tokens: int | None = None,
+                  policy: str | None = None, seed: int = 0, mode: str = "des",
+                  knobs: dict[str, Any] | None = None) -> RunSetup:
+    """Every check of a run's options that needs no trace, and what they resolve to.
+
+    :func:`simulate` starts here, and a sweep calls it on each point before running any
+    (``sim.explore.checks``), so one set of rules decides what a valid run is. A bad
+    option raises a one-line :class:`SimError` naming it; a budget the device cannot hold
+    is found here too (by the memory plan).
+    """
+    from sim.profiles.formats import FORMATS
+
     if mode not in MODES:
         raise SimError(f"must be one of {', '.join(MODES)}; got {mode!r}", field="--mode")
     for name, value, low in (("--prompt-tokens", prompt_tokens, 1), ("--decode-tokens", decode_tokens, 1),
                              ("--warmup-tokens", warmup_tokens, 0),
-                             ("--profile-tokens", 0 if profile_tokens is None else profile_tokens, 0)):
-        if not isinstance(value, int) or value < low:
+                             ("--profile-tokens", 0 if profile_tokens is None else profile_tokens, 0),
+                             ("--seed", seed, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise SimError(f"must be an integer >= {low}, got {value!r}", field=name)
+    if weights_dtype is not None and weights_dtype not in FORMATS:
+        raise SimError(f"must be one of {', '.join(FORMATS)}; got {weights_dtype!r}", field="--weights-dtype")
     if policy is not None:
         from sim.cache import POLICY_NAMES
 
@@ -127,14 +150,48 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     strat_cls = get_strategy(strategy)
     knob_values = parse_knobs(strat_cls, dict(knobs or {}))
     context_tokens = prompt_tokens + decode_tokens
+    if context_tokens > mod.max_context:
+        raise SimError(f"prompt plus decode tokens must be at most {mod.name}'s max_context "
+                       f"{mod.max_context}, got {prompt_tokens} + {decode_tokens} = {context_tokens}",
+                       field="--prompt-tokens/--decode-tokens")
     if strat_cls.name == "dense":
         if memory_budget is not None or offload not in (None, 0, 0.0):
             raise SimError("the dense strategy keeps every weight in DRAM; drop --memory-budget/--offload",
                            field="--strategy")
+        if policy is not None:
+            raise SimError("the dense strategy keeps every weight in DRAM and has no cache; drop --policy",
+                           field="--policy")
         offload = 0.0
     plan = plan_memory(mod, dev, budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
                        context_tokens=context_tokens, predictor=strat_cls.uses_predictor,
                        split_scales=strat_cls.split_scales)
+    compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
+    compute = list(getattr(knob_values, "compute_cores", None) or compute)
+    io = list(getattr(knob_values, "io_cores", None) or io)
+    clusters = [c.name for c in dev.cpu.clusters]
+    for knob, names in (("compute_cores", compute), ("io_cores", io)):
+        for name in names:
+            if name not in clusters:
+                raise SimError(f"unknown CPU cluster {name!r}; {dev.name} has {', '.join(clusters)}", field=knob)
+    return RunSetup(dev, mod, strat_cls, knob_values, plan, compute, io, offload)
+
+
+def simulate(device: str | Path | DeviceProfile = "oneplus-12",
+             model: str | Path | ModelProfile = "turbosparse-mixtral-47b",
+             strategy: str = "powerinfer2", *, trace: str | Path | Trace | None = None,
+             preset: str | None = None, memory_budget: str | int | None = None, offload: float | None = None,
+             weights_dtype: str | None = None, prompt_tokens: int = 64, decode_tokens: int = 128,
+             warmup_tokens: int = 16, profile_tokens: int | None = None, policy: str | None = None, seed: int = 0,
+             mode: str = "des",
+             knobs: dict[str, Any] | None = None, timeline: bool = False) -> SimResult:
+    """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens."""
+    wall0 = time.perf_counter()
+    setup = check_options(device, model, strategy, memory_budget=memory_budget, offload=offload,
+                          weights_dtype=weights_dtype, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens,
+                          warmup_tokens=warmup_tokens, profile_tokens=profile_tokens, policy=policy, seed=seed,
+                          mode=mode, knobs=knobs)
+    dev, mod, strat_cls, knob_values, plan = setup.device, setup.model, setup.strategy, setup.knobs, setup.plan
+    offload = setup.offload
     # Trace tokens: [0, profile) are the offline profiling run (PowerInfer ranks hot neurons on
     # a profiling dataset, not on the tokens it then serves), [profile, +warmup) warm the cache,
     # and the rest are decoded. profile_tokens=0 profiles on the decoded tokens themselves (an
@@ -144,15 +201,12 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
         profile_tokens = DEFAULT_PROFILE_TOKENS if trace is None else 0
     first = profile_tokens + warmup_tokens
     tr = replayable(resolve_trace(mod, trace, preset, first + decode_tokens, seed), read_ahead=TRACE_READ_AHEAD)
+    run_warnings = []
+    if tr.meta.model and tr.meta.model != mod.name:
+        run_warnings.append(f"the trace is of {tr.meta.model}, the run simulates {mod.name}: same FFN shape, "
+                            f"but the activations (sparsity, locality) are {tr.meta.model}'s")
     env = simpy.Environment()
-    compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
-    compute = list(getattr(knob_values, "compute_cores", None) or compute)
-    io = list(getattr(knob_values, "io_cores", None) or io)
-    for name in compute + io:
-        if name not in {c.name for c in dev.cpu.clusters}:
-            raise SimError(f"unknown CPU cluster {name!r}; {dev.name} has "
-                           f"{', '.join(c.name for c in dev.cpu.clusters)}", field="compute_cores")
-    machine = Machine(env, dev, compute, io, record_spans=timeline)
+    machine = Machine(env, dev, setup.compute_cores, setup.io_cores, record_spans=timeline)
     pop = popularity(tr, 0, profile_tokens) if profile_tokens else popularity(tr, first, first + decode_tokens)
     ctx = RunContext(mod, dev, plan, ModelCosts(mod, plan.weights_dtype), tr.meta, machine, pop, prompt_tokens,
                      np.random.default_rng(seed), policy)
@@ -196,7 +250,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
                 if c.startswith("busy_")}
     df = pd.DataFrame(rows)
     summary = summarise(df, plan=plan, device=dev, prefill_s=prefill_s, prompt_tokens=prompt_tokens,
-                        busy_s=busy, warnings=sorted(machine.flash.extrapolated))
+                        busy_s=busy, warnings=run_warnings + sorted(machine.flash.extrapolated))
     summary.update(device=dev.name, model=mod.name, strategy=strat_cls.name, mode=mode, seed=seed,
                    trace_source=tr.meta.source, wall_s=time.perf_counter() - wall0)
     config = {"device": dev.name, "model": mod.name, "strategy": strat_cls.name,

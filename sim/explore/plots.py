@@ -17,6 +17,9 @@ from matplotlib.ticker import FuncFormatter
 from sim.errors import SimError
 from sim.units import format_bytes, parse_bytes
 
+# Column families a listing shows by prefix only (there are dozens of them).
+_GROUPS = ("knobs.", "memory.", "utilisation.", "phases_")
+
 
 def _ok_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "ok"] if "status" in df else df
@@ -25,8 +28,38 @@ def _ok_rows(df: pd.DataFrame) -> pd.DataFrame:
 def _check_columns(df: pd.DataFrame, names: dict[str, str | None]) -> None:
     for option, col in names.items():
         if col is not None and col not in df.columns:
-            shown = [c for c in df.columns if not c.startswith(("knobs.", "memory.", "utilisation.", "phases_"))]
+            shown = [c for c in df.columns if not c.startswith(_GROUPS)]
             raise SimError(f"no column {col!r} in the results; columns include: {', '.join(shown)}", field=option)
+
+
+def numeric_columns(df: pd.DataFrame) -> list[str]:
+    """Columns with a number in at least one successful row (what a metric axis can show)."""
+    data = _ok_rows(df)
+    out = []
+    for col in data.columns:
+        s = data[col]
+        if s.dtype.kind == "b" or s.map(lambda v: isinstance(v, bool)).any():
+            continue
+        if pd.to_numeric(s, errors="coerce").notna().any() and pd.to_numeric(s.dropna(), errors="coerce").notna().all():
+            out.append(str(col))
+    return out
+
+
+def check_metric(df: pd.DataFrame, column: str, flag: str) -> None:
+    """A metric must be numeric, with a value in some successful row: else the plot is empty.
+
+    The error lists what can be plotted (groups such as ``memory.*`` by their prefix).
+    """
+    _check_columns(df, {flag: column})
+    allowed = numeric_columns(df)
+    if column in allowed:
+        return
+    why = "has no value in any successful row" if column in df.columns and not _ok_rows(df)[column].notna().any() \
+        else "is not numeric"
+    shown = [c for c in allowed if not c.startswith(_GROUPS)]
+    groups = sorted({g + "*" for c in allowed for g in _GROUPS if c.startswith(g)})
+    raise SimError(f"{column!r} {why}; numeric columns: {', '.join(shown)}"
+                   + (f" (and {', '.join(groups)})" if groups else ""), field=flag)
 
 
 def axis_values(s: pd.Series) -> tuple[pd.Series, str]:
@@ -55,6 +88,7 @@ def line_plot(df: pd.DataFrame, x: str, y: str, hue: str | None = None, out: str
     data = _ok_rows(df)
     if data.empty:
         raise SimError("no successful points to plot", field="--y")
+    check_metric(df, y, "--y")
     pos, kind = axis_values(data[x])
     frame = pd.DataFrame({"x": pos, "y": pd.to_numeric(data[y], errors="coerce"),
                           "hue": data[hue].astype(str) if hue else ""}, index=data.index)

@@ -51,6 +51,7 @@ id, and two spellings of one configuration (``knobs: {}`` vs the default's value
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import hashlib
@@ -58,6 +59,7 @@ import inspect
 import itertools
 import json
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -114,8 +116,10 @@ class Point:
     id: str
     axes: dict[str, Any]  # axis column -> value, as written in the spec
     task: dict[str, Any]  # resolved configuration (see resolve_settings); empty when it failed
-    error: str | None = None  # why the settings do not resolve (recorded as a failed point)
+    error: str | None = None  # why the settings do not resolve (a spec error: the sweep will not run)
     columns: dict[str, Any] = field(default_factory=dict)  # config + metadata columns of its row
+    origins: dict[str, str] = field(default_factory=dict)  # setting key -> where the spec sets it
+    failure: SimError | None = field(default=None, repr=False)  # the exception behind ``error``
 
     @property
     def trace_key(self) -> tuple:
@@ -150,18 +154,21 @@ def expand(spec: SweepSpec, base_dir: Path | None = None, source: str = "spec") 
             classify(key, source, "base")
     if "knobs" in base and not isinstance(base["knobs"], dict):
         raise SimError("must be a mapping of knob names to values", source=source, field="base.knobs")
+    base_origins = {key: f"base.{key}" for key in base}
     resolver = _Resolver(base_dir or Path.cwd(), source)
     points = []
-    for axes, settings in combos:
-        merged = dict(base)
-        merged.update(settings)
-        points.append(resolver.point(axes, merged))
+    for axes, settings, origins in combos:
+        points.append(resolver.point(axes, {**base, **settings}, {**base_origins, **origins}))
     return points
 
 
-def _design(spec: SweepSpec, source: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(axis values, settings) for every combination, checking keys as it goes."""
-    blocks: list[list[tuple[dict[str, Any], dict[str, Any]]]] = []
+# One combination of axis values: (axis columns, settings, where the spec sets each setting).
+Combo = tuple[dict[str, Any], dict[str, Any], dict[str, str]]
+
+
+def _design(spec: SweepSpec, source: str) -> list[Combo]:
+    """(axis values, settings, origins) for every combination, checking keys as it goes."""
+    blocks: list[list[Combo]] = []
     if spec.grid:
         axes = []
         for key, values in spec.grid.items():
@@ -172,30 +179,33 @@ def _design(spec: SweepSpec, source: str) -> list[tuple[dict[str, Any], dict[str
         for i, pt in enumerate(spec.points):
             for key in pt:
                 classify(key, source, f"points.{i}")
-            block.append((dict(pt), dict(pt)))
+            block.append((dict(pt), dict(pt), {k: f"points.{i}.{k}" for k in pt}))
         blocks.append(block)
     if spec.sample is not None:
-        blocks.append([(s, dict(s)) for s in sample_points(spec.sample, source)])
+        blocks.append([(s, dict(s), {k: f"sample.ranges.{k}" for k in s})
+                       for s in sample_points(spec.sample, source)])
     if spec.seeds is not None:
-        blocks.append([({"seed": s}, {"seed": s}) for s in spec.seeds])
+        blocks.append([({"seed": s}, {"seed": s}, {"seed": "seeds"}) for s in spec.seeds])
     total = math.prod(len(b) for b in blocks) if blocks else 1
     if total > MAX_POINTS:
         raise SimError(f"the spec expands to {total:,} points; at most {MAX_POINTS:,} are allowed", source=source)
     if not blocks:
-        return [({}, {})]
+        return [({}, {}, {})]
     return [_merge(combo) for combo in itertools.product(*blocks)]
 
 
-def _merge(parts: tuple[tuple[dict[str, Any], dict[str, Any]], ...]) -> tuple[dict[str, Any], dict[str, Any]]:
+def _merge(parts: tuple[Combo, ...]) -> Combo:
     axes: dict[str, Any] = {}
     settings: dict[str, Any] = {}
-    for a, s in parts:
+    origins: dict[str, str] = {}
+    for a, s, o in parts:
         axes.update(a)
         settings.update(s)
-    return axes, settings
+        origins.update(o)
+    return axes, settings, origins
 
 
-def _grid_value(key: str, value: Any, index: int, source: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _grid_value(key: str, value: Any, index: int, source: str) -> Combo:
     """One value of a grid axis: a plain setting, or a bundle of settings with a label."""
     where = f"grid.{key}.{index}"
     try:
@@ -209,8 +219,8 @@ def _grid_value(key: str, value: Any, index: int, source: str) -> tuple[dict[str
         label = value.get("label", index)
         if isinstance(label, dict | list):
             raise SimError("a label must be a plain value", source=source, field=f"{where}.label") from None
-        return {key: label}, settings
-    return {key: value}, {key: value}
+        return {key: label}, settings, {k: f"{where}.{k}" for k in settings}
+    return {key: value}, {key: value}, {key: f"grid.{key}"}
 
 
 def classify(key: str, source: str = "spec", where: str | None = None) -> str:
@@ -313,19 +323,19 @@ class _Resolver:
         self.source = source
         self._profiles: dict[tuple[str, str], dict[str, Any]] = {}
 
-    def point(self, axes: dict[str, Any], settings: dict[str, Any]) -> Point:
+    def point(self, axes: dict[str, Any], settings: dict[str, Any], origins: dict[str, str] | None = None) -> Point:
+        origins = origins or {}
         try:
             task = resolve_settings(settings, self)
         except SimError as exc:
-            if exc.source == PATH_ERROR:  # a misspelt field path is a spec error, not a failed point
-                raise SimError(exc.detail, source=self.source, field=exc.field) from None
-            # No configuration to hash: the settings and the error stand for it (fix the cause,
-            # e.g. a referenced profile file, and the point gets its real id and runs).
+            if exc.source == PATH_ERROR:  # a misspelt field path is a spec error whatever the point
+                raise SimError(exc.detail, source=self.source, field=origins.get(exc.field or "", exc.field)) from None
+            # No configuration to hash: the settings and the error stand for it. The sweep
+            # refuses to run such a point (sim.explore.checks names the spec field to fix).
             raw = {"version": _version(), "unresolved": {k: settings[k] for k in sorted(settings)},
                    "error": str(exc)}
-            pid = digest(raw)
-            return Point(pid, axes, {}, error=str(exc), columns=_failed_columns(settings))
-        return Point(task["id"], axes, task, columns=config_columns(task))
+            return Point(digest(raw), axes, {}, error=str(exc), origins=origins, failure=exc)
+        return Point(task["id"], axes, task, columns=config_columns(task), origins=origins)
 
     def profile_data(self, kind: str, ref: Any) -> dict[str, Any]:
         from sim.profiles.registry import load_device, load_model
@@ -352,8 +362,40 @@ class _Resolver:
 
 
 
+class SettingError(SimError):
+    """A point's settings do not resolve, and ``key`` is the setting to blame.
+
+    The key (``memory_budget``, ``knobs.hot_share``, ``device.storage.rand_read.*.gbps:scale``
+    ...) lets the sweep name the spec field to fix (``grid.memory_budget``) instead of an
+    engine option the user never typed.
+    """
+
+    def __init__(self, exc: SimError, key: str):
+        super().__init__(exc.detail, source=exc.source, field=exc.field)
+        self.key = key
+
+
+@contextlib.contextmanager
+def _blame(key: str) -> Iterator[None]:
+    """Tag a SimError raised inside the block with the setting that caused it."""
+    try:
+        yield
+    except SettingError:
+        raise
+    except SimError as exc:
+        raise SettingError(exc, key) from None
+
+
+def overrides_source(kind: str, name: str) -> str:
+    """The ``source`` of an error in a profile after a point's overrides (not a file of its own)."""
+    return f"{kind} {name}{OVERRIDES_SUFFIX}"
+
+
+OVERRIDES_SUFFIX = " with the point's overrides"
+
+
 def resolve_settings(settings: dict[str, Any], resolver: _Resolver | None = None) -> dict[str, Any]:
-    """The complete configuration of one point (raises SimError when it is not runnable)."""
+    """The complete configuration of one point (raises SettingError when it is not runnable)."""
     import sim
     from sim.engine.strategies.base import get_strategy, parse_knobs
     from sim.profiles.device import DeviceProfile
@@ -366,7 +408,8 @@ def resolve_settings(settings: dict[str, Any], resolver: _Resolver | None = None
     for key, value in settings.items():
         if key == "knobs":
             continue
-        kind = classify(key)
+        with _blame(key):
+            kind = classify(key)
         if kind == "run":
             run[key] = value
         elif kind == "knob":
@@ -375,29 +418,41 @@ def resolve_settings(settings: dict[str, Any], resolver: _Resolver | None = None
             overrides[kind].append((key, value))
     profiles: dict[str, Any] = {}
     for kind, cls in (("device", DeviceProfile), ("model", ModelProfile)):
-        data = resolver.profile_data(kind, run[kind])
+        with _blame(kind):
+            data = resolver.profile_data(kind, run[kind])
         for key, value in overrides[kind]:
             path = key.split(".", 1)[1]
             scale = path.endswith(SCALE_SUFFIX)
             if scale:
                 path = path[: -len(SCALE_SUFFIX)]
-            apply_path(data, path, value, scale=scale, where=key)
+            with _blame(key):
+                apply_path(data, path, value, scale=scale, where=key)
         name = data.get("name", run[kind])
-        profiles[kind] = validate(cls, data, f"{kind} {name} with the point's overrides").model_dump(mode="json")
-    strategy_cls = get_strategy(run["strategy"])
-    knob_values = parse_knobs(strategy_cls, knobs, "knobs").model_dump(mode="json")
+        try:
+            profiles[kind] = validate(cls, data, overrides_source(kind, name)).model_dump(mode="json")
+        except SimError as exc:
+            raise SettingError(exc, _override_for(kind, exc.field, overrides[kind])) from None
+    with _blame("strategy"):
+        strategy_cls = get_strategy(run["strategy"])
+    try:
+        knob_values = parse_knobs(strategy_cls, knobs, "knobs").model_dump(mode="json")
+    except SimError as exc:
+        knob = (exc.field or "").split(".")[0]
+        raise SettingError(exc, f"knobs.{knob}" if knob in knobs else "strategy") from None
     trace: dict[str, Any]
     if run["trace"] is not None:
-        if run["preset"] is not None:
-            raise SimError("give either trace or preset, not both", field="trace")
-        tpath = resolver.resolve_path(str(run["trace"]))
-        if not tpath.is_file():
-            raise SimError("no such trace file", source=str(tpath), field="trace")
+        with _blame("trace"):
+            if run["preset"] is not None:
+                raise SimError("give either trace or preset, not both", field="trace")
+            tpath = resolver.resolve_path(str(run["trace"]))
+            if not tpath.is_file():
+                raise SimError("no such trace file", source=str(tpath), field="trace")
         trace = {"file": str(tpath.resolve()), "sha256": _file_hash(tpath)}
     else:
         trace = preset_ref(run["preset"] or profiles["model"]["name"])
     run_resolved = {k: run[k] for k in run_options() if k not in _NOT_RUN}
-    run_resolved["memory_budget"] = _budget(run_resolved["memory_budget"])
+    with _blame("memory_budget"):
+        run_resolved["memory_budget"] = _budget(run_resolved["memory_budget"])
     task = {
         "version": sim.__version__,
         "device": profiles["device"],
@@ -412,6 +467,27 @@ def resolve_settings(settings: dict[str, Any], resolver: _Resolver | None = None
     task["device_hash"] = digest(profiles["device"])
     task["model_hash"] = digest(profiles["model"])
     return task
+
+
+def _override_for(kind: str, error_path: str | None, overrides: list[tuple[str, Any]]) -> str:
+    """The override of a profile most likely behind a validation error at ``error_path``.
+
+    Paths match step by step, ``*`` and entry names matching any index; one path may be
+    a prefix of the other (an override of a whole section, or an error on the section
+    holding the field, such as usable_bytes above total_bytes). The last match wins (it
+    was applied last); with none, the profile itself is to blame.
+    """
+    got = [s for s in (error_path or "").split(".") if s]
+    for key, _value in reversed(overrides):
+        steps = key.split(".", 1)[1].removesuffix(SCALE_SUFFIX).split(".")
+        if all(_same_step(a, b) for a, b in zip(steps, got, strict=False)):
+            return key
+    return kind
+
+
+def _same_step(written: str, reached: str) -> bool:
+    """Whether an override's path step can address the step an error reports."""
+    return written in (reached, "*") or (reached.isdigit() and not written.lstrip("-").isdigit())
 
 
 def preset_ref(name: str) -> dict[str, Any]:
@@ -460,18 +536,4 @@ def config_columns(task: dict[str, Any]) -> dict[str, Any]:
         cols[f"knobs.{name}"] = cell(value)
     cols.update({"project_version": task["version"], "device_hash": task["device_hash"],
                  "model_hash": task["model_hash"]})
-    return cols
-
-
-def _failed_columns(settings: dict[str, Any]) -> dict[str, Any]:
-    cols: dict[str, Any] = {}
-    for key in run_options():
-        if key in settings and key not in ("trace", "preset"):
-            cols[key] = cell(settings[key])
-    for key, value in settings.items():
-        if key.startswith("knobs."):
-            cols[key] = cell(value)
-    for name, value in (settings.get("knobs") or {}).items():
-        cols[f"knobs.{name}"] = cell(value)
-    cols["project_version"] = _version()
     return cols

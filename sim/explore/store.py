@@ -112,8 +112,12 @@ class ResultStore:
         rows, self._buffer = self._buffer, []
         self._seq += 1
         name = f"part-{time.time_ns():020d}-{os.getpid()}-{self._seq:06d}-{uuid.uuid4().hex[:8]}.parquet"
-        table = _to_arrow(rows)
-        _atomic_write(table, self.parts_dir / name, self.parts_dir / f".{name.removesuffix('.parquet')}.tmp")
+        try:
+            _atomic_write(_to_arrow(rows), self.parts_dir / name,
+                          self.parts_dir / f".{name.removesuffix('.parquet')}.tmp")
+        except BaseException:  # e.g. Ctrl-C mid-write: the rows stay buffered for the next flush
+            self._buffer = rows + self._buffer
+            raise
 
     # -- reading --------------------------------------------------------------------------------
     def part_files(self) -> list[Path]:
@@ -243,12 +247,48 @@ def canonical_columns(columns: list[str], axis_cols: list[str] | None = None) ->
 
 
 def read_results(path: str | Path) -> pd.DataFrame:
-    """A results file as a DataFrame (plain pandas dtypes: integers with gaps read as floats)."""
+    """A results file as a DataFrame (plain pandas dtypes: integers with gaps read as floats).
+
+    Rows a sweep has committed but not merged yet (its ``.parts`` folder, left by a sweep
+    that is still running or was killed) are read too, so a plot never misses finished
+    work; nothing is written or moved (``has_unmerged_parts`` tells a caller to say so).
+    """
     p = Path(path)
-    if not p.is_file():
+    store = ResultStore(p)
+    parts = store.part_files()
+    if not parts:
+        if p.is_file():
+            return _read_results_file(p)
+        if store.parts_dir.is_dir():
+            raise SimError(f"no finished rows yet ({store.parts_dir.name} is empty: the sweep stopped before its "
+                           "first commit); run the sweep again to fill it", source=str(p))
         raise SimError("no such results file", source=str(p))
+    # Parts first, then the compacted file: a sweep compacting meanwhile writes the file
+    # before deleting parts, so a row is in one or the other (dedupe drops the doubles).
+    frames = []
+    for part in parts:
+        with contextlib.suppress(Exception):  # merged away meanwhile, or torn: the sweep sets it aside
+            frames.append(_read(part))
+    if p.is_file():
+        frames.append(_checked_read(p, _read))
+    if not frames:
+        raise SimError(f"no readable rows in {store.parts_dir.name}; run the sweep again", source=str(p))
+    merged = order_rows(dedupe(concat(frames)), None)
+    return _to_arrow(merged).to_pandas()
+
+
+def has_unmerged_parts(path: str | Path) -> bool:
+    """Whether a sweep left committed rows beside ``path`` that are not merged into it yet."""
+    return bool(ResultStore(path).part_files())
+
+
+def _read_results_file(p: Path) -> pd.DataFrame:
+    return _checked_read(p, lambda q: pq.read_table(q).to_pandas())
+
+
+def _checked_read(p: Path, reader: Any) -> pd.DataFrame:
     try:
-        return pq.read_table(p).to_pandas()
+        return reader(p)
     except Exception as exc:
         raise SimError(f"cannot read as Parquet ({type(exc).__name__}: {exc})", source=str(p)) from None
 
@@ -314,11 +354,15 @@ def _text(v: Any) -> str:
 
 
 def _atomic_write(table: pa.Table, final: Path, tmp: Path) -> None:
-    with open(tmp, "wb") as f:
-        pq.write_table(table, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, final)
+    try:
+        with open(tmp, "wb") as f:
+            pq.write_table(table, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, final)
+    except BaseException:  # interrupted or failed: no half-written file left behind
+        tmp.unlink(missing_ok=True)
+        raise
     _fsync_dir(final.parent)
 
 

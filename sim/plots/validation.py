@@ -60,8 +60,11 @@ def plot_published_vs_predicted(df: pd.DataFrame, *, ax: Axes | None = None, tit
     ax.grid(True, which="both", alpha=0.2)
     ax.legend(fontsize=7, loc="upper left")
     ax.set_title(title or "Published vs predicted")
-    failed = df[~df.index.isin(ok.index)]
-    note = f"not drawn (run failed): {', '.join(failed['id'])}" if len(failed) else None
+    undrawn = df[~df.index.isin(ok.index)]
+    modelled = _status(undrawn) != "not modelled"
+    notes = [f"{label}: {', '.join(rows['id'])}" for label, rows in
+             (("not modelled", undrawn[~modelled]), ("run failed", undrawn[modelled])) if len(rows)]
+    note = f"not drawn ({'; '.join(notes)})" if notes else None
     add_caption(ax, "; ".join(t for t in (caption, note) if t))
     return ax
 
@@ -71,7 +74,8 @@ def plot_validation_errors(df: pd.DataFrame, *, ax: Axes | None = None, title: s
     """Signed error per published point (horizontal bars), its tolerance as whiskers.
 
     Green bars are within the point's tolerance, red ones outside; points whose run failed
-    are listed with the word ``failed`` instead of a bar.
+    are listed with the word ``failed`` instead of a bar, figures no run models with
+    ``not modelled``.
     """
     _require(df, ("id", "source", "error_pct"), "plot_validation_errors")
     n = len(df)
@@ -85,14 +89,16 @@ def plot_validation_errors(df: pd.DataFrame, *, ax: Axes | None = None, title: s
     ax.barh(y, np.nan_to_num(err), color=colors, height=0.65)
     ax.errorbar(np.zeros(n), y, xerr=tol, fmt="none", ecolor="0.3", elinewidth=0.8, capsize=3,
                 label="tolerance of the point")
-    for yi, e, t in zip(y, err, tol, strict=True):  # labels beyond both the bar and the whisker
+    status = _status(df).to_numpy()
+    for yi, e, t, st in zip(y, err, tol, status, strict=True):  # labels beyond both the bar and the whisker
         if np.isfinite(e):
             x = max(abs(e), t) * (1 if e >= 0 else -1)
             ax.annotate(f"{e:+.0f}%", (x, yi), xytext=(4 if e >= 0 else -4, 0), textcoords="offset points",
                         ha="left" if e >= 0 else "right", va="center", fontsize=6.5)
         else:
-            ax.annotate("failed", (t, yi), xytext=(4, 0), textcoords="offset points", va="center", fontsize=6.5,
-                        color="#c44e52")
+            modelled = st != "not modelled"
+            ax.annotate("failed" if modelled else "not modelled", (t, yi), xytext=(4, 0), textcoords="offset points",
+                        va="center", fontsize=6.5, color="#c44e52" if modelled else "0.4")
     labels = [f"{i}  {s}" for i, s in zip(df["id"], df["source"], strict=True)]
     ax.set_yticks(y, labels, fontsize=7)
     ax.set_ylim(n - 0.5, -0.5)
@@ -119,3 +125,8 @@ def write_validation_plots(df: pd.DataFrame, out_dir: str | Path, *, caption: st
     scatter = plot_published_vs_predicted(df, caption=caption)
     return [save_figure(errors.figure, out / "validation_errors.png"),
             save_figure(scatter.figure, out / "published_vs_predicted.png")]
+
+
+def _status(df: pd.DataFrame) -> pd.Series:
+    """Each row's ``status`` (ok, failed, not modelled); tables from before it existed count as failed."""
+    return df["status"] if "status" in df.columns else pd.Series("failed", index=df.index)

@@ -37,7 +37,7 @@ class RangePoint(Strict):
 def _sorted_blocks(points: list[CurvePoint]) -> list[CurvePoint]:
     blocks = [p.block for p in points]
     if blocks != sorted(blocks) or len(set(blocks)) != len(blocks):
-        raise ValueError("points must have strictly increasing block sizes")
+        raise ValueError(f"points must have strictly increasing block sizes, got {blocks}")
     return points
 
 
@@ -127,7 +127,7 @@ class Accelerator(Strict):
     def _increasing(cls, pts: list[EfficiencyPoint]) -> list[EfficiencyPoint]:
         batches = [p.batch for p in pts]
         if batches != sorted(set(batches)):
-            raise ValueError("efficiency points must have strictly increasing batch")
+            raise ValueError(f"efficiency points must have strictly increasing batch, got {batches}")
         return pts
 
 
@@ -142,9 +142,10 @@ class DramProfile(Strict):
     @model_validator(mode="after")
     def _usable_fits(self) -> DramProfile:
         if self.usable_bytes > self.total_bytes:
-            raise ValueError("usable_bytes must not exceed total_bytes")
+            raise ValueError(f"usable_bytes {self.usable_bytes / 1e9:.2f} GB must not exceed total_bytes "
+                             f"{self.total_bytes / 1e9:.2f} GB")
         if self.combined_gbps > self.peak_gbps:
-            raise ValueError("combined_gbps must not exceed peak_gbps")
+            raise ValueError(f"combined_gbps {self.combined_gbps} must not exceed peak_gbps {self.peak_gbps}")
         return self
 
 
@@ -173,7 +174,7 @@ class StorageProfile(Strict):
     def _spans(cls, pts: list[RangePoint]) -> list[RangePoint]:
         spans = [p.span for p in pts]
         if spans != sorted(set(spans)):
-            raise ValueError("range_effect points must have strictly increasing span")
+            raise ValueError(f"range_effect points must have strictly increasing span, got {spans}")
         return pts
 
 

@@ -76,10 +76,14 @@ class ModelProfile(Strict):
     def _consistent(self) -> ModelProfile:
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"n_heads {self.n_heads} must be a multiple of n_kv_heads {self.n_kv_heads}")
+        if self.head_dim is None and self.hidden % self.n_heads:
+            raise ValueError(f"hidden {self.hidden} must be a multiple of n_heads {self.n_heads} "
+                             "(or give head_dim, as Falcon-7B's 4544 / 71 needs)")
         if self.moe and self.moe.top_k > self.moe.n_experts:
-            raise ValueError("moe.top_k must not exceed moe.n_experts")
+            raise ValueError(f"moe.top_k {self.moe.top_k} must not exceed moe.n_experts {self.moe.n_experts}")
         if self.sparsity.per_layer is not None and len(self.sparsity.per_layer) != self.n_layers:
-            raise ValueError(f"sparsity.per_layer must have n_layers={self.n_layers} entries")
+            raise ValueError(f"sparsity.per_layer must have n_layers={self.n_layers} entries, "
+                             f"got {len(self.sparsity.per_layer)}")
         return self
 
     # -- derived dimensions ----------------------------------------------------------

@@ -76,6 +76,8 @@ def load_model(ref: str | Path | ModelProfile) -> ModelProfile:
 
 
 def _load(path: Path, kind: str) -> BaseModel:
+    if path.is_dir():
+        raise SimError("is a folder; expected a YAML file", source=str(path))
     if not path.is_file():
         raise SimError("no such file", source=str(path))
     return _cached(kind, str(path.resolve()), path.stat().st_mtime)

@@ -62,7 +62,9 @@ def _describe(err: dict[str, Any]) -> str:
         return f"must be {'an' if want[0] in 'aeiou' else 'a'} {want}, got {got_text}"
     msg = str(err.get("msg", "invalid value"))
     msg = msg.removeprefix("Value error, ")
-    return msg if "got " in msg else f"{msg} (got {got_text})"
+    if "got " in msg or isinstance(got, dict | list):  # a cross-field rule names its values itself
+        return msg
+    return f"{msg} (got {got_text})"
 
 
 def validate(model: type[M], data: Any, source: str) -> M:

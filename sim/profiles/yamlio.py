@@ -8,6 +8,7 @@ one-line :class:`~sim.errors.SimError` naming the file and the place instead.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,10 @@ _StrictLoader.yaml_implicit_resolvers = {
     k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:timestamp"]
     for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+# YAML 1.1 (PyYAML) reads `1e-12` and `1.5e3` as strings: a float needs a dot and a signed
+# exponent there, not in YAML 1.2 or Python. Hand-written figures such as `latency_s: 1e-4` are floats.
+_EXPONENT_FLOAT = re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$")
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789"))
 
 
 def load_yaml_text(text: str, source: str) -> dict[str, Any]:
@@ -113,6 +118,8 @@ def load_yaml_text(text: str, source: str) -> dict[str, Any]:
 def load_yaml_file(path: Path) -> dict[str, Any]:
     """Read and parse a YAML profile, with size and encoding checks."""
     source = str(path)
+    if path.is_dir():
+        raise SimError("is a folder; expected a YAML file", source=source)
     if not path.is_file():
         raise SimError("no such file", source=source)
     size = path.stat().st_size

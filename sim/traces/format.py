@@ -243,6 +243,8 @@ class Trace:
         """Open a trace file lazily; metadata is validated now, chunks as they are read."""
         path = Path(path)
         src = str(path)
+        if path.is_dir():
+            raise SimError("is a folder; expected a trace file (.npz)", source=src)
         if not path.is_file():
             raise SimError("no such trace file", source=src)
         try:

@@ -44,7 +44,9 @@ def test_compare_requests_table(tmp_path, capsys):
     ([], "exactly one of --trace"),
     (["--policies", "lru,nope"], "unknown policy 'nope'"),
     (["--sizes", "12 parsecs"], "--sizes"),
-    (["--plot", "x.gif"], "plot format"),
+    (["--plot", "x.gif"], "x.gif: --plot: unsupported extension '.gif'; allowed: .png, .pdf, .svg"),
+    (["--out", "x.xlsx"], "x.xlsx: --out: unsupported extension '.xlsx'; allowed: .csv, .parquet"),
+    (["--sizes", "5%,1TB"], "--sizes: must be in [1, "),
     (["--split", "diagonal"], "split"),
 ])
 def test_errors_are_one_line_with_status_2(trace_file, capsys, args, message):

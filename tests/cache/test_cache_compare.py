@@ -72,7 +72,10 @@ def test_option_parsing_errors():
         parse_policies("lru,lruu")
     with pytest.raises(SimError, match="--sizes"):
         resolve_sizes("5%,abc", 100)
-    assert resolve_sizes("50%,10,2KiB", 1000) == [10, 500, 2048]
+    assert resolve_sizes("50%,10,2KiB", 10_000) == [10, 2048, 5000]
+    assert resolve_sizes("100%,1000", 1000) == [1000]  # all items, as a share or in bytes, is the largest cache
+    with pytest.raises(SimError, match=r"--sizes: must be in \[1, 1,000\] bytes .* got '2KiB' = 2,048 B"):
+        resolve_sizes("50%,10,2KiB", 1000)
     with pytest.raises(SimError, match="granularity"):
         compare_trace(toy_trace(n_tokens=2), "pi2-segmented", "10%", granularity="cluster")
 

@@ -157,7 +157,7 @@ def test_requests_csv_round_trip(tmp_path):
     ("step,key,size\n0,1,2\n1,1,3\n", "a key must keep one size"),
     ("step,item\n0,1\n", "missing column"),
     ("step,key\n0,x\n", "row 1"),
-    ("step,key,size\n0,1,0\n", "positive byte count"),
+    ("step,key,size\n0,1,0\n", r"must be an integer in \[1, 2\*\*40\], got 0"),
     ("step,key,extra\n0,1,2\n", "unknown column"),
 ])
 def test_requests_csv_errors_are_one_line(tmp_path, text, message):

@@ -133,6 +133,26 @@ BAD = {
     "trace too short": {"--decode-tokens": "50"},
     "missing trace file": {"--trace": "MISSING"},
     "unknown weights dtype": {"--weights-dtype": "int3"},
+    "context beyond max_context": {"--prompt-tokens": "600"},
+    "offline policy in a timed run": {"--policy": "belady"},
+    "profile policy without a profile": {"--strategy": "llm-in-flash", "--policy": "static-hot"},
+    "dense with a cache policy": {"--strategy": "dense", "--offload": None, "--policy": "lru"},
+    "timeline in analytic mode": {"--mode": "analytic", "--timeline": "OUT/t.json"},
+    "timeline to a folder": {"--timeline": "OUT"},
+    "gantt with an unknown format": {"--gantt": "OUT/g.txt"},
+    "tokens csv where nothing can be written": {"--tokens-csv": "/proc/no/tokens.csv"},
+}
+
+# (the option the message must name, text it must contain) per case, where it is specific
+NAMED = {
+    "context beyond max_context": ("--prompt-tokens/--decode-tokens", "max_context 512"),
+    "offline policy in a timed run": ("--policy", "belady"),
+    "profile policy without a profile": ("--policy", "static-hot"),
+    "dense with a cache policy": ("--policy", "no cache"),
+    "timeline in analytic mode": ("--timeline", "analytic"),
+    "timeline to a folder": ("--timeline", ""),
+    "gantt with an unknown format": ("--gantt", ".png"),
+    "tokens csv where nothing can be written": ("--tokens-csv", "cannot write"),
 }
 
 
@@ -143,8 +163,62 @@ def test_bad_input_is_one_line_and_exit_2(files, capsys, case):
         options["--trace"] = files["other_trace"]
     elif options.get("--trace") == "MISSING":
         options["--trace"] = str(Path(files["dir"]) / "missing.npz")
+    options = {k: v.replace("OUT", files["dir"]) if v else v for k, v in options.items()}
     assert main([*argv(files, **options), "--json"]) == 2
     captured = capsys.readouterr()
     err = captured.err.strip()
     assert err.startswith("error: ") and "\n" not in err, err
     assert "Traceback" not in captured.err and captured.out == ""
+    if case in NAMED:
+        flag, text = NAMED[case]
+        assert f"{flag}: " in err and text in err, err
+
+
+def test_outputs_are_checked_before_the_run(files, tmp_path, capsys, monkeypatch):
+    """A bad output path fails before simulating, so no finished run is thrown away."""
+    import sim.engine.simulation as simulation
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("simulated before checking the outputs")
+
+    monkeypatch.setattr(simulation, "simulate", must_not_run)
+    assert main([*argv(files), "--gantt", "/proc/no/g.png", "--json"]) == 2
+    assert "--gantt: cannot write" in capsys.readouterr().err
+
+
+def _plan(path: Path, **fields) -> str:
+    data = {"strategy": "powerinfer2", "device": "oneplus-12", "model": "tiny-moe", "memory_budget": "1GB",
+            "knobs": {"cluster_neurons": 64}}
+    data.update(fields)
+    return str(h.write_yaml(path, data))
+
+
+def test_plan_knobs_apply_and_a_mismatch_is_a_warning(files, tmp_path, capsys):
+    plan = _plan(tmp_path / "plan.yaml")
+    assert main([*argv(files), "--plan", plan, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("planned for" in w and "memory_budget 1GB" in w for w in out["warnings"]), out["warnings"]
+    assert main([*argv(files), "--set", "cluster_neurons=64", "--json"]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert out["decode_tokens_per_s"] == same["decode_tokens_per_s"]  # the plan's knob was applied
+
+
+@pytest.mark.parametrize(("fields", "field", "text"), [
+    ({"knobs": 5}, "knobs", "mapping"),
+    ({"knobs": {"hot_share": 2.5}}, "knobs: hot_share", "<= 1"),
+    ({"strategy": "llamacpp"}, "strategy", "--strategy llamacpp"),
+])
+def test_bad_plan_names_the_plan_file(files, tmp_path, capsys, fields, field, text):
+    plan = _plan(tmp_path / "plan.yaml", **fields)
+    assert main([*argv(files), "--plan", plan, "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {plan}: {field}: ") and text in err, err
+
+
+def test_trace_of_another_model_with_the_same_shape_warns(files, tmp_path, capsys):
+    twin = h.write_yaml(tmp_path / "twin.yaml", {**h.TINY_MOE, "name": "tiny-moe-twin"})
+    assert main([*argv(files, **{"--model": str(twin)}), "--json"]) == 0
+    warnings = json.loads(capsys.readouterr().out)["warnings"]
+    assert any("trace is of tiny-moe" in w and "tiny-moe-twin" in w for w in warnings), warnings
+    assert main([*argv(files), "--json"]) == 0
+    assert not any("trace is of" in w for w in json.loads(capsys.readouterr().out)["warnings"])

@@ -65,6 +65,30 @@ def test_interrupted_writes_and_torn_parts_are_ignored(tmp_path):
     assert list(read_results(out)["point_id"]) == ["p001"]
 
 
+def test_a_write_interrupted_by_ctrl_c_leaves_no_temporary_and_loses_no_row(tmp_path, monkeypatch):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "r.parquet"
+    real = pq.write_table
+    calls = []
+
+    def interrupted_once(table, where, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            where.write(b"PAR1 half")
+            raise KeyboardInterrupt
+        return real(table, where, **kw)
+
+    monkeypatch.setattr(pq, "write_table", interrupted_once)
+    with ResultStore(out, flush_rows=2, flush_interval_s=1e9) as store:
+        store.append(row(1))
+        with pytest.raises(KeyboardInterrupt):
+            store.append(row(2))  # the flush of rows 1 and 2 is interrupted mid-write
+        assert not list((tmp_path / "r.parquet.parts").glob(".*.tmp"))
+        df = store.compact()  # what run_sweep does after an interrupt
+    assert list(df["point_id"]) == ["p001", "p002"]
+
+
 def test_ok_row_wins_over_failed_then_the_first_success_or_the_last_failure():
     df = pd.DataFrame([row(1, "failed", 1.0), row(1, "ok", 5.0), row(1, "ok", 3.0), row(2, "failed", 2.0),
                        row(2, "failed", 1.0)])

@@ -15,6 +15,7 @@ import pytest
 from explore_helpers import PRESET, base, comparable, write_spec
 
 from sim.engine.simulation import simulate
+from sim.errors import SimError
 from sim.explore.store import ResultStore, read_results
 from sim.explore.sweep import run_sweep
 from sim.explore.worker import flatten_summary
@@ -64,12 +65,13 @@ def test_failing_points_are_recorded_and_the_rest_finish_then_resume_skips_all(s
     assert retried.ran == 6 and len(retried.results) == 18
 
 
-def test_settings_that_do_not_resolve_fail_their_point_only(tmp_path):
+def test_settings_that_do_not_resolve_stop_the_sweep_before_anything_runs(tmp_path):
     spec = write_spec(tmp_path, {"base": base(memory_budget="302MB"),
                                  "grid": {"device.dram.usable_bytes": ["12GB", "99GB"]}})
-    df = run_sweep(spec, tmp_path / "r.parquet", progress=False).results
-    assert list(df["status"]) == ["ok", "failed"]
-    assert "usable_bytes must not exceed total_bytes" in df["error"].iloc[1]
+    with pytest.raises(SimError, match=r"usable_bytes.* must not exceed total_bytes") as info:
+        run_sweep(spec, tmp_path / "r.parquet", progress=False)
+    assert (info.value.source, info.value.field) == (str(spec), "grid.device.dram.usable_bytes")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["spec.yaml", "tiny-moe.yaml"]  # no store at all
 
 
 def test_workers_1_2_and_dask_give_identical_results(tmp_path):
@@ -145,7 +147,7 @@ def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_rows(tmp_
     assert 0 < len(stored) < len(reference), "the kills should leave a partial store"
     final = subprocess.run([sys.executable, "-m", "sim", "sweep", str(spec), "--out", str(out), "--workers", "2",
                             "--no-progress"], capture_output=True, text=True, timeout=120)
-    assert final.returncode == 0, final.stderr
+    assert final.returncode == 1, final.stderr  # the 1 MB points fail: infeasible, recorded, exit status 1
     assert f"{len(stored)} already done" in final.stdout
     result = read_results(out)
     assert result["point_id"].is_unique

@@ -91,7 +91,9 @@ SCHEMA_CASES = [
     ("bad-literal", "model", _replace(MODEL, "activation: relu ", "activation: relux "),
      "activation", "must be one of"),
     ("cross-field", "device", _replace(DEVICE, "usable_bytes: 19GB", "usable_bytes: 25GB"),
-     "dram", "usable_bytes must not exceed total_bytes"),
+     "dram", "usable_bytes 25.00 GB must not exceed total_bytes 24.00 GB"),
+    ("heads-do-not-divide-hidden", "model", _replace(MODEL, "hidden: 4096", "hidden: 4097"),
+     "(top level)", "hidden 4097 must be a multiple of n_heads 32"),
 ]
 
 
@@ -149,8 +151,18 @@ def test_duplicate_top_level_key(tmp_path):
 def test_missing_and_unreadable_files(tmp_path):
     with pytest.raises(SimError, match="no such file"):
         load_profile_file("device", tmp_path / "absent.yaml")
-    with pytest.raises(SimError, match="no such file"):
+    with pytest.raises(SimError, match="is a folder; expected a YAML file"):
         load_profile_file("device", tmp_path)  # a folder is not a profile
+
+
+@pytest.mark.parametrize(("written", "value"), [("1e-4", 1e-4), ("2.5e3", 2500.0), ("-3E+2", -300.0), ("7", 7)])
+def test_exponent_floats_are_numbers(written, value):
+    """YAML 1.1 reads `1e-4` as text; profiles are hand-written, so it must be the float it looks like."""
+    from sim.profiles.yamlio import load_yaml_text
+
+    parsed = load_yaml_text(f"x: {written}\ny: v{written}\n", "t.yaml")
+    assert parsed["x"] == value and type(parsed["x"]) is type(value)
+    assert parsed["y"] == f"v{written}"  # only whole scalars are numbers
 
 
 def _billion_laughs(levels: int, fanout: int) -> str:

@@ -54,7 +54,9 @@ def test_same_seed_same_file_contents(tmp_path, capsys):
 
 def test_user_errors_are_one_line(tmp_path, capsys):
     cases = [
-        ["trace", "synth", "--model", "llama-2-7b", "--preset", "nope", "--tokens", "2", "--out", str(tmp_path / "o")],
+        ["trace", "synth", "--model", "llama-2-7b", "--preset", "nope", "--tokens", "2", "--out",
+         str(tmp_path / "o.npz")],
+        ["trace", "synth", "--model", "llama-2-7b", "--tokens", "2", "--out", str(tmp_path / "o")],  # no .npz
         ["trace", "synth", "--model", "llama-2-7b", "--tokens", "0", "--out", str(tmp_path / "o.npz")],
         ["trace", "synth", "--model", "no-such-model", "--preset", "opt-6.7b", "--tokens", "2",
          "--out", str(tmp_path / "o.npz")],

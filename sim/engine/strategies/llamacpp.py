@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import Field
 
 from sim.cache import make_policy
+from sim.engine.neuron_cache import timed_policy_options
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, default_core_split, register
 from sim.engine.strategies.serial import Step, cpu, read, run_steps, steps_time_s
 from sim.engine.workload import LayerWork
@@ -111,8 +112,9 @@ class LlamaCpp(Strategy):
         plan = ctx.plan
         anonymous = plan.resident.get("kv_cache", 0) + plan.resident.get("runtime", 0)
         self.capacity_bytes = max(0, plan.budget_bytes - anonymous)
-        self.cache = make_policy(ctx.policy or knobs.policy, capacity_bytes=self.capacity_bytes,
-                                 n_items=self.layout.n_keys, item_bytes=knobs.readahead_bytes, strict=False)
+        name = ctx.policy or knobs.policy
+        self.cache = make_policy(name, capacity_bytes=self.capacity_bytes, n_items=self.layout.n_keys,
+                                 item_bytes=knobs.readahead_bytes, strict=False, **timed_policy_options(name, None))
 
     def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
         for work in layers:

@@ -37,6 +37,7 @@ import numpy as np
 from pydantic import Field
 
 from sim.cache import make_policy
+from sim.engine.neuron_cache import timed_policy_options
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, default_core_split, register
 from sim.engine.strategies.serial import Step, cpu, read, run_steps, spread_threads, steps_time_s
 from sim.engine.workload import LayerWork
@@ -102,9 +103,10 @@ class LlmInFlash(Strategy):
         # predicted rows are computed from resident weights, nothing is copied.
         self.all_resident = knobs.hybrid and plan.neuron_cache_bytes >= plan.ffn_bytes
         if knobs.predictor and knobs.window_k > 0 and not self.all_resident:
-            self.policy = make_policy(ctx.policy or knobs.policy, capacity_bytes=plan.neuron_cache_bytes,
+            name = ctx.policy or knobs.policy
+            self.policy = make_policy(name, capacity_bytes=plan.neuron_cache_bytes,
                                       n_items=ctx.n_keys, item_bytes=self.row_bytes, strict=False,
-                                      window_tokens=knobs.window_k)
+                                      window_tokens=knobs.window_k, **timed_policy_options(name, None))
         # Without the predictor every neuron is needed every token, so no window can save
         # reads; the neuron-cache DRAM then holds a fixed slice of each layer (hybrid).
         self.static_share = plan.ffn_resident_fraction if (knobs.hybrid and not knobs.predictor) else 0.0

@@ -1,0 +1,190 @@
+"""`sim sweep` on bad input, failing points, interruption and bad output paths (exit statuses 1, 2, 130, 143)."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+from explore_helpers import base, write_spec
+
+from sim.cli import main
+from sim.explore.store import read_results
+
+PNG = b"\x89PNG"
+
+
+def _files(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("spec, field, message", [
+    ({"base": base(memory_budget="302MB"), "grid": {"offload": [0.2, 0.5]}},
+     "grid.offload", "give either a memory budget or an offload fraction, not both"),
+    ({"base": base(decode_tokens=-8)}, "base.decode_tokens", "must be an integer >= 1, got -8"),
+    ({"base": base(), "grid": {"memory_budget": ["302MB", "abc"]}}, "grid.memory_budget", "cannot parse 'abc'"),
+    ({"base": base(), "grid": {"strategy": ["powerinfer2", "bogus"]}}, "grid.strategy", "unknown strategy 'bogus'"),
+    ({"base": base(memory_budget="302MB"), "seeds": [0, -1]}, "seeds", "must be an integer >= 0, got -1"),
+    ({"base": base(), "grid": {"device.storage.rand_read.0.gbps": [1.0, -2.0]}},
+     "grid.device.storage.rand_read.0.gbps", "must be > 0"),
+    ({"base": base(), "grid": {"device.storage.rand_read.*.gbps:scale": [1, -1]}},
+     "grid.device.storage.rand_read.*.gbps:scale", "storage.rand_read.0.gbps: must be > 0"),
+    ({"base": base(), "grid": {"flash": [{"label": "slow", "device.storage.read_latency_us": -5}]}},
+     "grid.flash.0.device.storage.read_latency_us", "got -5"),
+    ({"base": base(), "points": [{"knobs.cluster_neurons": 64}, {"knobs.cluster_neurons": 0}]},
+     "points.1.knobs.cluster_neurons", "cluster_neurons"),
+    ({"base": base(knobs={"compute_cores": ["huge"]})}, "base.knobs.compute_cores", "unknown CPU cluster 'huge'"),
+    ({"base": base(), "sample": {"n": 4, "ranges": {"policy": {"choices": ["lru", "nope"]}}}},
+     "sample.ranges.policy", "unknown policy 'nope'"),
+    ({"base": base(preset="no-such-preset")}, "base.preset", "no synthetic-trace preset 'no-such-preset'"),
+])
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_bad_spec_values_stop_before_any_point_with_file_and_field(spec, field, message, dry_run, tmp_path, capsys):
+    path = write_spec(tmp_path, {"name": "bad", **spec}, "b10.yaml")
+    before = _files(tmp_path)
+    argv = ["sweep", str(path), "--out", str(tmp_path / "r.parquet"), "--no-progress"]
+    assert main(argv + (["--dry-run"] if dry_run else [])) == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith(f"error: {path}: {field}: ") and captured.err.count("\n") == 1, captured.err
+    assert message in captured.err
+    assert captured.out == ""
+    assert _files(tmp_path) == before  # nothing ran: no results, no parts, no lock
+
+
+def test_infeasible_points_are_written_with_their_columns_and_exit_1(tmp_path, capsys):
+    spec = write_spec(tmp_path, {"name": "inf", "base": base(decode_tokens=2, warmup_tokens=2),
+                                 "grid": {"memory_budget": ["1MB", "302MB"], "strategy": ["powerinfer2", "llamacpp"]},
+                                 "seeds": [3]})
+    out = tmp_path / "r.parquet"
+    assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 1
+    captured = capsys.readouterr()
+    assert "4 points, 0 already done, 4 run, 2 failed" in captured.out
+    assert captured.err.startswith("error: 2 of 4 points failed") and captured.err.count("\n") == 1
+    assert "first failure: --memory-budget: budget 1.00 MB is below" in captured.err
+    df = read_results(out)
+    failed = df[df["status"] == "failed"]
+    assert list(failed["memory_budget"]) == ["1MB", "1MB"]
+    assert list(failed["strategy"]) == ["powerinfer2", "llamacpp"]
+    assert list(failed["seed"]) == [3, 3]
+    for column in ("device", "model", "decode_tokens", "knobs.policy", "project_version", "model_hash"):
+        assert failed[column].notna().all(), column
+    assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 1  # still failed: still 1
+    assert "0 run, 2 failed" in capsys.readouterr().out
+
+
+def _run_and_signal(spec, out, signum: int, workers: int) -> subprocess.CompletedProcess:
+    """Start the sweep CLI, send ``signum`` to it once two rows are durable, and wait for it."""
+    argv = [sys.executable, "-m", "sim", "sweep", str(spec), "--out", str(out), "--workers", str(workers),
+            "--no-progress", "--commit-every", "0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    parts = out.with_name(out.name + ".parts")
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline and len(list(parts.glob("part-*.parquet"))) < 2:
+        time.sleep(0.005)
+    assert proc.poll() is None, "the sweep should still be running when signalled"
+    proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+@pytest.mark.parametrize("signum, workers, status", [(signal.SIGTERM, 1, 143), (signal.SIGINT, 2, 130)],
+                         ids=["sigterm-in-process", "sigint-2-workers"])
+def test_an_interrupted_sweep_merges_its_finished_rows_and_resumes(signum, workers, status, tmp_path):
+    spec = write_spec(tmp_path, {"name": "stop", "base": base(decode_tokens=48),
+                                 "grid": {"memory_budget": ["301.6MB", "302MB", "303MB"],
+                                          "strategy": ["powerinfer2", "llm-in-flash", "llamacpp"]},
+                                 "seeds": list(range(8))})
+    out = tmp_path / "r.parquet"
+    done = _run_and_signal(spec, out, signum, workers)
+    assert done.returncode == status, done.stderr
+    kept = read_results(out)  # the results file itself, not only parts
+    assert 2 <= len(kept) < 72 and kept["point_id"].is_unique and (kept["status"] == "ok").all()
+    lines = done.stderr.splitlines()  # the last line (a library may warn before it), and no traceback
+    assert lines[-1] == f"interrupted: {len(kept)} of 72 points kept in {out}; run the same command again to resume"
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / "r.parquet.parts").exists()
+    assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 0
+    assert len(read_results(out)) == 72
+
+
+def test_sigterm_is_handled_only_while_the_sweep_runs(tmp_path):
+    from sim.explore.sweep import run_sweep
+
+    spec = write_spec(tmp_path, {"base": base(decode_tokens=2, warmup_tokens=2), "points": [{"memory_budget": "1MB"}]})
+    during = []
+    mine = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        report = run_sweep(spec, tmp_path / "r.parquet", progress=False,
+                           on_row=lambda _row: during.append(signal.getsignal(signal.SIGTERM)))
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, mine)
+    assert len(during) == 1 and callable(during[0])
+    assert report.failed == 1 and "must stay resident" in report.first_error
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plots")
+    spec = write_spec(folder, {"name": "p", "base": base(decode_tokens=2, warmup_tokens=2),
+                               "grid": {"memory_budget": ["302MB", "303MB"], "strategy": ["powerinfer2", "llamacpp"]}})
+    out = folder / "r.parquet"
+    assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("args, message", [
+    (["plot", "{r}", "--x", "memory_budget", "--y", "strategy"], "error: --y: 'strategy' is not numeric; numeric "
+                                                                  "columns: "),
+    (["heatmap", "{r}", "--x", "memory_budget", "--y", "strategy", "--value", "error"],
+     "error: --value: 'error' has no value in any successful row; numeric columns: "),
+    (["heatmap", "{r}", "--x", "memory_budget", "--y", "strategy", "--value", "device"],
+     "error: --value: 'device' is not numeric"),
+])
+def test_plots_refuse_a_metric_that_is_not_numeric(args, message, results, tmp_path, capsys):
+    target = tmp_path / "p.png"
+    assert main(["sweep", *[a.format(r=results) for a in args], "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(message) and err.count("\n") == 1, err
+    assert "decode_tokens_per_s" in err and "'strategy'," not in err.split("columns:")[1]
+    assert not target.exists()
+
+
+def test_plots_read_rows_a_stopped_sweep_left_in_parts(results, tmp_path, capsys):
+    out = tmp_path / "r.parquet"
+    parts = tmp_path / "r.parquet.parts"
+    parts.mkdir()
+    assert main(["sweep", "plot", str(out), "--x", "memory_budget"]) == 2
+    assert "no finished rows yet" in capsys.readouterr().err  # a folder without rows
+    shutil.copy(results, parts / "part-00000000000000000001-1-000001-aaaaaaaa.parquet")
+    target = tmp_path / "p.svg"
+    assert main(["sweep", "plot", str(out), "--x", "memory_budget", "--hue", "strategy", "--out", str(target)]) == 0
+    assert "run it again to finish" in capsys.readouterr().err
+    assert target.read_text().lstrip().startswith("<?xml")
+    pd.testing.assert_frame_equal(read_results(out).sort_values("point_id", ignore_index=True),
+                                  read_results(results).sort_values("point_id", ignore_index=True),
+                                  check_like=True)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["{spec}", "--out", "{tmp}/r.csv"], "r.csv: --out: unsupported extension '.csv'; allowed: .parquet"),
+    (["{spec}", "--out", "{tmp}/spec.yaml/r.parquet"], "spec.yaml/r.parquet: --out: cannot write"),
+    (["plot", "{results}", "--x", "memory_budget", "--out", "{tmp}/p.txt"],
+     "p.txt: --out: unsupported extension '.txt'; allowed: .png, .pdf, .svg"),
+    (["heatmap", "{results}", "--x", "memory_budget", "--y", "strategy", "--out", "{tmp}/h.jpeg"],
+     "h.jpeg: --out: unsupported extension '.jpeg'"),
+])
+def test_output_paths_are_checked_before_any_work(args, message, results, tmp_path, capsys):
+    spec = write_spec(tmp_path, {"name": "o", "base": base(), "grid": {"memory_budget": ["302MB"]}})
+    before = _files(tmp_path)
+    argv = ["sweep", *[a.format(spec=spec, tmp=tmp_path, results=results) for a in args], "--no-progress"] \
+        if "plot" not in args and "heatmap" not in args else \
+        ["sweep", *[a.format(spec=spec, tmp=tmp_path, results=results) for a in args]]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert _files(tmp_path) == before
