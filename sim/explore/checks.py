@@ -126,7 +126,7 @@ def _check_trace(task: dict[str, Any], model: Any) -> None:
         resolve_trace(model, Trace.load(trace["file"]), None, needed, run["seed"])  # reads the metadata only
     elif trace["preset"] not in preset_names():
         raise SimError(f"no synthetic-trace preset {trace['preset']!r}; presets: {', '.join(preset_names())} "
-                       "(set preset, or trace to a trace file)", field="--preset")
+                       "(or use a trace file)", field="--preset")
 
 
 def _culprits(exc: SimError) -> list[str]:

@@ -168,6 +168,7 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
          executor: Executor | None = None) -> PlanResult:
     """Search the PowerInfer-2 knobs for ``model`` on ``device`` at ``memory_budget``."""
     from sim.engine.strategies.base import get_strategy
+    from sim.explore.checks import check_task
     from sim.profiles.registry import load_device
 
     if objective not in OBJECTIVES:
@@ -184,6 +185,7 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
     if isinstance(device, DeviceProfile):
         base["device"] = device
     base_task = _resolve({**base, "mode": "analytic", "decode_tokens": prune_tokens}, {})  # fails fast on bad input
+    check_task(base_task)  # every run option and the trace, as `sim run` and `sim sweep` check them
     own = executor is None
     ex = executor or make_executor(workers)
     try:
@@ -264,7 +266,13 @@ def _drop_defaults(knobs: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resolve(settings: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
-    return resolve_settings({**settings, "knobs": dict(knobs)})
+    """The task for ``settings``; a bad setting is reported under the ``sim plan`` flag that set it."""
+    try:
+        return resolve_settings({**settings, "knobs": dict(knobs)})
+    except SimError as exc:
+        if exc.field and not exc.field.startswith("-") and exc.field in settings:
+            raise SimError(exc.detail, source=exc.source, field="--" + exc.field.replace("_", "-")) from None
+        raise
 
 
 def _describe(knobs: dict[str, Any]) -> str:

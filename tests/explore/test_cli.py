@@ -88,3 +88,21 @@ def test_plan_rejects_an_unreachable_speed(tmp_path, capsys):
                  "2", "--warmup-tokens", "2", "--confirm-tokens", "2", "--passes", "1", "--confirm", "1",
                  "--min-tokens-per-s", "1e9"]) == 2
     assert "no plan reaches 1e+09 tokens/s" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    (["--memory-budget", "lots"], "error: --memory-budget: cannot parse 'lots'"),
+    (["--memory-budget", "302MB", "--preset", "no-such-preset"], "error: --preset: no synthetic-trace preset"),
+    (["--memory-budget", "302MB", "--seed", "-1"], "error: --seed: must be an integer >= 0, got -1"),
+])
+def test_plan_bad_input_names_the_flag_before_searching(tmp_path, capsys, monkeypatch, options, expected):
+    """Checked as `sim run` checks them, before any candidate is simulated."""
+    import sim.explore.planner as planner
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("searched before checking the options")
+
+    monkeypatch.setattr(planner, "_Search", no_search)
+    assert main(["plan", "--model", str(write_model(tmp_path)), *options]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and err.count("\n") == 1, err
