@@ -26,6 +26,7 @@ _API = {
     "synth_trace": "sim.traces.synth",
     "make_policy": "sim.cache",
     "simulate": "sim.engine.simulation",
+    "check_options": "sim.engine.simulation",
     "SimResult": "sim.engine.simulation",
     "run_sweep": "sim.explore.sweep",
     "plan": "sim.explore.planner",

@@ -37,3 +37,26 @@ def test_documented_example_runs_and_is_the_engine():
                           warmup_tokens=1, profile_tokens=4, mode="analytic")
     assert result.summary["decode_tokens_per_s"] > 0
     assert result.summary["memory"]["ffn_resident_fraction"] == 0.5
+
+
+def test_check_options_refuses_what_simulate_refuses_without_a_trace(monkeypatch):
+    """A configuration can be validated without generating or reading a trace."""
+    import sim.engine.simulation as simulation
+
+    def no_trace(*args, **kwargs):
+        raise AssertionError("check_options must not touch a trace")
+
+    monkeypatch.setattr(simulation, "resolve_trace", no_trace)
+    setup = sim.check_options("oneplus-12", "turbosparse-mistral-7b", "powerinfer2", offload=0.5)
+    assert setup.plan.ffn_resident_fraction == 0.5 and setup.io_cores
+    for kwargs, field in (({"offload": 0.5, "memory_budget": "8GB"}, "--offload"),
+                          ({"weights_dtype": "int3"}, "--weights-dtype"),
+                          ({"seed": -1}, "--seed"),
+                          ({"prompt_tokens": 40000}, "--prompt-tokens/--decode-tokens"),
+                          ({"knobs": {"io_cores": ["no-such-cluster"]}}, "io_cores")):
+        try:
+            sim.check_options("oneplus-12", "turbosparse-mistral-7b", "powerinfer2", **kwargs)
+        except sim.SimError as exc:
+            assert exc.field == field, (kwargs, exc)
+        else:
+            raise AssertionError(f"accepted {kwargs}")
