@@ -59,8 +59,9 @@ SCHEMA_CASES = [
     ("negative-rate", "device", _replace(DEVICE, "peak_gbps: 76.8", "peak_gbps: -76.8"),
      "dram.peak_gbps", "must be > 0"),
     ("zero-kernel-speed", "device",
-     _replace(DEVICE, "      active_w: 4.0       #",
-              "      kernel_speed: {sparse_gemv: 0}\n      active_w: 4.0       #"),
+     _replace(DEVICE, "kernel_speed: {dense_gemv: 1.254}  # [PI2 §2.3] 43.9 GB/s CPU decode, see above\n"
+                      "      io_4k_gbps: 1.076",
+              "kernel_speed: {dense_gemv: 1.254, sparse_gemv: 0}\n      io_4k_gbps: 1.076"),
      "cpu.clusters.0.kernel_speed.sparse_gemv", "must be > 0"),
     ("zero-size", "device", _replace(DEVICE, "total_bytes: 24GB", "total_bytes: 0GB"),
      "dram.total_bytes", "must be > 0 bytes"),
