@@ -186,12 +186,29 @@ def _design(spec: SweepSpec, source: str) -> list[Combo]:
                        for s in sample_points(spec.sample, source)])
     if spec.seeds is not None:
         blocks.append([({"seed": s}, {"seed": s}, {"seed": "seeds"}) for s in spec.seeds])
+    _one_block_per_setting(blocks, source)
     total = math.prod(len(b) for b in blocks) if blocks else 1
     if total > MAX_POINTS:
         raise SimError(f"the spec expands to {total:,} points; at most {MAX_POINTS:,} are allowed", source=source)
     if not blocks:
         return [({}, {}, {})]
     return [_merge(combo) for combo in itertools.product(*blocks)]
+
+
+def _one_block_per_setting(blocks: list[list[Combo]], source: str) -> None:
+    """A setting varied by two blocks (``grid.seed`` and ``seeds``, say) would have one block's
+    values silently overwrite the other's in every combination: refuse it, naming both."""
+    seen: dict[str, str] = {}
+    for block in blocks:
+        where: dict[str, str] = {}
+        for _axes, _settings, origins in block:
+            for key, origin in origins.items():
+                where.setdefault(key, origin)
+        for key, origin in where.items():
+            if key in seen:
+                raise SimError(f"{key!r} is varied both here and by {seen[key]}; vary each setting in one place",
+                               source=source, field=origin)
+            seen[key] = origin
 
 
 def _merge(parts: tuple[Combo, ...]) -> Combo:

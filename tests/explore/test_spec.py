@@ -38,6 +38,18 @@ def test_grid_points_seeds_cross_in_order(folder):
     assert {p.task["run"]["decode_tokens"] for p in pts} == {4, 6}
 
 
+@pytest.mark.parametrize(("spec", "field", "other"), [
+    ({"grid": {"seed": [0, 1]}, "seeds": [0, 1]}, "seeds", "grid.seed"),
+    ({"grid": {"memory_budget": ["302MB", "303MB"]}, "points": [{"strategy": "llamacpp"}, {"memory_budget": "304MB"}]},
+     "points.1.memory_budget", "grid.memory_budget"),
+])
+def test_a_setting_varied_in_two_places_is_a_spec_error(folder, spec, field, other):
+    """Otherwise one block's values overwrite the other's and the sweep silently has fewer points."""
+    with pytest.raises(SimError) as info:
+        points(folder, **spec)
+    assert info.value.field == field and other in str(info.value)
+
+
 def test_one_configuration_one_id_whatever_the_spelling(folder):
     spelled = points(folder, points=[
         {"memory_budget": "302MB"},
