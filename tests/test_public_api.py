@@ -60,3 +60,23 @@ def test_check_options_refuses_what_simulate_refuses_without_a_trace(monkeypatch
             assert exc.field == field, (kwargs, exc)
         else:
             raise AssertionError(f"accepted {kwargs}")
+
+
+def test_numpy_integers_are_integers():
+    """A script looping over ``np.arange`` passes numpy ints; they must run as the same Python ints."""
+    import numpy as np
+
+    kw = {"offload": 0.5, "warmup_tokens": 1, "profile_tokens": 4, "mode": "analytic"}
+    plain = sim.simulate("oneplus-12", "turbosparse-mistral-7b", "powerinfer2", decode_tokens=2, prompt_tokens=8,
+                         seed=1, **kw)
+    numpy = sim.simulate("oneplus-12", "turbosparse-mistral-7b", "powerinfer2", decode_tokens=np.int64(2),
+                         prompt_tokens=np.int32(8), seed=np.uint8(1), **kw)
+    assert numpy.summary["decode_tokens_per_s"] == plain.summary["decode_tokens_per_s"]
+    assert numpy.config == plain.config and type(numpy.config["decode_tokens"]) is int
+    for bad in (True, 2.0, "2"):
+        try:
+            sim.simulate("oneplus-12", "turbosparse-mistral-7b", decode_tokens=bad, **kw)
+        except sim.SimError as exc:
+            assert exc.field == "--decode-tokens"
+        else:
+            raise AssertionError(f"accepted decode_tokens={bad!r}")

@@ -9,6 +9,7 @@ decode token as simpy processes, and summarises.
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -100,6 +101,14 @@ def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -
     return trace
 
 
+def _integer(value: Any) -> Any:
+    """numpy's integers as Python ints (a script looping over ``np.arange`` passes them);
+    anything else unchanged, for the checks to judge."""
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    return value
+
+
 @dataclass
 class RunSetup:
     """What a run's options resolve to before any trace is read (see :func:`check_options`)."""
@@ -130,6 +139,8 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
     """
     from sim.profiles.formats import FORMATS
 
+    prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed = (
+        _integer(v) for v in (prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed))
     if mode not in MODES:
         raise SimError(f"must be one of {', '.join(MODES)}; got {mode!r}", field="--mode")
     for name, value, low in (("--prompt-tokens", prompt_tokens, 1), ("--decode-tokens", decode_tokens, 1),
@@ -186,6 +197,8 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
              knobs: dict[str, Any] | None = None, timeline: bool = False) -> SimResult:
     """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens."""
     wall0 = time.perf_counter()
+    prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed = (
+        _integer(v) for v in (prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed))
     setup = check_options(device, model, strategy, memory_budget=memory_budget, offload=offload,
                           weights_dtype=weights_dtype, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens,
                           warmup_tokens=warmup_tokens, profile_tokens=profile_tokens, policy=policy, seed=seed,
