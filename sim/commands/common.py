@@ -5,19 +5,11 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any
 
 from sim.errors import SimError
-from sim.profiles.formats import WeightsDtype
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # figure formats every matplotlib backend writes
-
-
-def check_dtype(value: str | None) -> str | None:
-    allowed = get_args(WeightsDtype)
-    if value is not None and value not in allowed:
-        raise SimError(f"must be one of {', '.join(allowed)}; got {value!r}", field="--weights-dtype")
-    return value
 
 
 def check_output(path: Path | None, flag: str, *, suffixes: tuple[str, ...] = (), directory: bool = False) -> None:

@@ -84,7 +84,7 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
-    from sim.commands.common import PLOT_SUFFIXES, check_dtype, check_output, json_text
+    from sim.commands.common import PLOT_SUFFIXES, check_output, json_text
     from sim.engine.simulation import simulate
 
     # Outputs are checked before the run, so a finished simulation is never lost to a bad path.
@@ -104,7 +104,7 @@ def run(
         knobs.update(plan_knobs)
     knobs.update(_parse_sets(sets))
     result = simulate(device, model, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
-                      offload=offload, weights_dtype=check_dtype(weights_dtype), prompt_tokens=prompt_tokens,
+                      offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
                       decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
                       policy=policy, seed=seed,
                       mode=mode, knobs=knobs, timeline=timeline is not None or gantt is not None)

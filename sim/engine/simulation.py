@@ -137,7 +137,7 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
     option raises a one-line :class:`SimError` naming it; a budget the device cannot hold
     is found here too (by the memory plan).
     """
-    from sim.profiles.formats import FORMATS
+    from sim.profiles.formats import check_dtype
 
     prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed = (
         _integer(v) for v in (prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed))
@@ -149,8 +149,7 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
                              ("--seed", seed, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise SimError(f"must be an integer >= {low}, got {value!r}", field=name)
-    if weights_dtype is not None and weights_dtype not in FORMATS:
-        raise SimError(f"must be one of {', '.join(FORMATS)}; got {weights_dtype!r}", field="--weights-dtype")
+    check_dtype(weights_dtype)
     if policy is not None:
         from sim.cache import POLICY_NAMES
 
