@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 from importlib import resources
 from typing import Any
 
@@ -119,6 +120,8 @@ def check_ids(ids: list[str] | None, points: list[dict[str, Any]] | None = None)
 
 def check_decode_tokens(decode_tokens: int) -> int:
     """Refuse a token count no run accepts before the table starts (memory points would pass)."""
+    if isinstance(decode_tokens, numbers.Integral) and not isinstance(decode_tokens, bool):
+        decode_tokens = int(decode_tokens)
     if isinstance(decode_tokens, bool) or not isinstance(decode_tokens, int) or decode_tokens < 1:
         raise SimError(f"must be an integer >= 1, got {decode_tokens!r}", field="--decode-tokens")
     return decode_tokens
@@ -131,9 +134,19 @@ def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error:
     ``error`` says why) or ``not modelled`` (kept for the record; ``error`` gives the reason).
     Unknown ids and a bad ``decode_tokens`` raise :class:`SimError` before any point runs.
     """
+    if on_error not in ("record", "raise"):
+        raise SimError(f"must be 'record' or 'raise', got {on_error!r}", field="on_error")
+    if isinstance(ids, str):  # one id, not its characters
+        ids = [ids]
+    elif ids is not None:
+        ids = list(ids)
+        if not ids:
+            raise SimError("no point ids given; pass None for every point", field="point id")
+        if not all(isinstance(i, str) for i in ids):
+            raise SimError(f"point ids are strings, got {ids!r}", field="point id")
     points = load_points()
     check_ids(ids, points)
-    check_decode_tokens(decode_tokens)
+    decode_tokens = check_decode_tokens(decode_tokens)
     rows = []
     for point in points:
         if ids and point["id"] not in ids:
@@ -163,9 +176,9 @@ def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error:
                          "error_pct": float("nan"), "within_tolerance": False, "error": str(exc),
                          "tolerance_pct": 100 * float(point.get("tolerance", DEFAULT_TOLERANCE)),
                          "required": bool(point.get("required", True)), "modelled": True, "status": FAILED})
+    # Every table has the same columns (``error`` is empty when every point ran), so callers can index them.
     df = pd.DataFrame(rows)
-    # An empty selection still has the columns callers index (``error_pct``, ``status``, ...).
-    return df if len(df) else pd.DataFrame(columns=COLUMNS)
+    return df.reindex(columns=[*COLUMNS, *[c for c in df.columns if c not in COLUMNS]])
 
 
 def point_budget_bytes(point: dict[str, Any], *, context_tokens: int = 128) -> int:

@@ -80,3 +80,93 @@ def test_numpy_integers_are_integers():
             assert exc.field == "--decode-tokens"
         else:
             raise AssertionError(f"accepted decode_tokens={bad!r}")
+
+
+def test_profile_objects_are_checked_like_files():
+    """An edited profile object (model_copy skips pydantic's checks) fails in one line, not in the engine."""
+    device = sim.load_device("oneplus-12")
+    curve = list(device.storage.rand_read)
+    curve[0] = curve[0].model_copy(update={"gbps": float("nan")})
+    broken = device.model_copy(update={"storage": device.storage.model_copy(update={"rand_read": curve})})
+    for call in (lambda: sim.simulate(broken, "turbosparse-mistral-7b", offload=0.5, decode_tokens=2),
+                 lambda: sim.plan_memory("turbosparse-mistral-7b", broken, offload=0.5)):
+        try:
+            call()
+        except sim.SimError as exc:
+            assert "storage.rand_read.0.gbps" in str(exc) and "\n" not in str(exc)
+        else:
+            raise AssertionError("a NaN bandwidth was accepted")
+    assert sim.load_device(device) == device  # an intact object passes unchanged
+    for call, text in ((lambda: sim.load_model(device), "expected a ModelProfile"),
+                       (lambda: sim.load_device(5), "expected a device name")):
+        try:
+            call()
+        except sim.SimError as exc:
+            assert text in str(exc)
+        else:
+            raise AssertionError(text)
+
+
+def test_check_options_refuses_policies_the_run_would_refuse():
+    """So a sweep stops before running a point whose policy cannot serve its strategy."""
+    cases = [({"policy": "belady"}, "--policy", "needs the future"),
+             ({"strategy": "llm-in-flash", "policy": "static-hot"}, "--policy", "profile"),
+             ({"knobs": {"policy": "bogus"}}, "knobs.policy", "unknown policy"),
+             ({"knobs": "cluster_neurons=512"}, "knobs", "mapping"),
+             ({"strategy": ["powerinfer2"]}, "--strategy", "strategy name"),
+             ({"offload": True}, "--offload", "fraction")]
+    for kwargs, field, text in cases:
+        kw = {"offload": 0.5, **kwargs}
+        try:
+            sim.check_options("oneplus-12", "turbosparse-mistral-7b", **kw)
+        except sim.SimError as exc:
+            assert exc.field == field and text in str(exc), (kwargs, exc)
+        else:
+            raise AssertionError(f"accepted {kwargs}")
+    sim.check_options("oneplus-12", "turbosparse-mistral-7b", "powerinfer2", offload=0.5, policy="static-hot")
+
+
+def test_plan_memory_takes_names_and_checks_its_arguments():
+    by_name = sim.plan_memory("turbosparse-mistral-7b", "oneplus-12", offload=0.5)
+    by_object = sim.plan_memory(sim.load_model("turbosparse-mistral-7b"), sim.load_device("oneplus-12"), offload=0.5)
+    assert by_name == by_object
+    for kwargs, field in (({"weights_dtype": "INT4"}, "--weights-dtype"), ({"offload": "0.5"}, "--offload"),
+                          ({"context_tokens": 1.5}, "--context-tokens"),
+                          ({"runtime_bytes": float("nan")}, "runtime_bytes")):
+        try:
+            sim.plan_memory("turbosparse-mistral-7b", "oneplus-12", **kwargs)
+        except sim.SimError as exc:
+            assert exc.field == field, (kwargs, exc)
+        else:
+            raise AssertionError(f"accepted {kwargs}")
+
+
+def test_validate_keeps_its_columns_and_reads_one_id_as_one_id():
+    one = sim.validate("pi2-mixtral-7gb-mem-cache", decode_tokens=1)
+    assert len(one) == 1 and one["status"].tolist() == ["ok"]
+    assert {"error", "error_pct", "status"} <= set(one.columns)  # present even when no row failed
+    for kwargs in ({"ids": []}, {"ids": [1]}, {"on_error": "bogus"}):
+        try:
+            sim.validate(**{"decode_tokens": 1, **kwargs})
+        except sim.SimError:
+            pass
+        else:
+            raise AssertionError(f"accepted {kwargs}")
+
+
+def test_analytic_mode_has_no_timeline():
+    try:
+        sim.simulate("oneplus-12", "turbosparse-mistral-7b", offload=0.5, decode_tokens=2, mode="analytic",
+                     timeline=True)
+    except sim.SimError as exc:
+        assert exc.field == "--timeline"
+    else:
+        raise AssertionError("an analytic run returned an empty timeline")
+
+
+def test_a_saturated_unit_is_at_most_fully_busy():
+    """Busy seconds are sums of float intervals; a saturated core read 1.000000000000002 before the clip."""
+    result = sim.simulate("oneplus-12", "turbosparse-mistral-7b", offload=0.5, decode_tokens=3, prompt_tokens=8,
+                          warmup_tokens=2)
+    busy = result.summary["utilisation"]
+    assert busy and all(0.0 <= v <= 1.0 for v in busy.values()) and max(busy.values()) > 0.99

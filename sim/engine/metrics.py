@@ -33,7 +33,8 @@ def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, 
         "flash_bytes_per_token": float(tokens["flash_bytes"].mean()),
         "memory": {"budget_bytes": plan.budget_bytes, **plan.resident, "neuron_cache": plan.neuron_cache_bytes,
                    "unused": plan.unused_bytes, "ffn_resident_fraction": plan.ffn_resident_fraction},
-        "utilisation": {unit: (s / decode_s if decode_s else 0.0) for unit, s in sorted(busy_s.items())}
+        # busy seconds are sums of float intervals: clip the last ulp that can push a saturated unit past 1
+        "utilisation": {unit: (min(1.0, s / decode_s) if decode_s else 0.0) for unit, s in sorted(busy_s.items())}
         if busy_s else {},
         "phases_ms_per_token": {c[:-2]: float(tokens[c].mean() * 1e3) for c in tokens.columns
                                 if c.endswith("_s") and not c.startswith("busy_") and c != "latency_s"},

@@ -15,24 +15,32 @@ from sim.cache.base import CachePolicy
 from sim.errors import SimError
 
 
-def timed_policy_options(policy: str, popularity: np.ndarray | None, options: dict | None = None) -> dict:
-    """The options a timed run gives cache policy ``policy``, or a ``--policy`` error if it cannot run.
+def check_timed_policy(policy: str, keeps_profile: bool, field: str = "--policy") -> type:
+    """The policy class if ``policy`` can serve a timed run of a strategy, else a one-line error.
 
-    Every strategy that takes ``--policy`` asks here, so an offline-only policy (Belady
-    needs the future) or one that needs a profile the strategy does not keep fails with
-    the same one-line message whichever strategy was chosen.
+    One rule for every strategy and for :func:`sim.engine.simulation.check_options` (so a
+    sweep refuses it before running): an offline-only policy (Belady needs the future)
+    never can, and one that needs an offline hot-neuron profile only where the strategy
+    keeps one.
     """
-    from sim.cache import policy_class
+    from sim.cache import POLICY_NAMES, policy_class
 
-    out = dict(options or {})
+    if not isinstance(policy, str) or policy not in POLICY_NAMES:
+        raise SimError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}", field=field)
     cls = policy_class(policy)
     if cls.needs_future:
         raise SimError(f"{policy} needs the future of the trace (an offline bound); compare it with "
-                       "`sim cache compare`, not in a timed run", field="--policy")
-    if cls.needs_profile:
-        if popularity is None:
-            raise SimError(f"{policy} needs an offline hot-neuron profile, which only the powerinfer2 strategy "
-                           "keeps; choose another policy or strategy", field="--policy")
+                       "`sim cache compare`, not in a timed run", field=field)
+    if cls.needs_profile and not keeps_profile:
+        raise SimError(f"{policy} needs an offline hot-neuron profile, which only the powerinfer2 strategy "
+                       "keeps; choose another policy or strategy", field=field)
+    return cls
+
+
+def timed_policy_options(policy: str, popularity: np.ndarray | None, options: dict | None = None) -> dict:
+    """The options a timed run gives cache policy ``policy`` (checked by :func:`check_timed_policy`)."""
+    out = dict(options or {})
+    if check_timed_policy(policy, keeps_profile=popularity is not None).needs_profile:
         out.setdefault("profile_counts", popularity)
     return out
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 import time
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import simpy
 from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine, Span, Usage
 from sim.engine.metrics import summarise
+from sim.engine.neuron_cache import check_timed_policy
 from sim.engine.strategies.base import RunContext, TokenStats, get_strategy, parse_knobs
 from sim.engine.trace_replay import replayable
 from sim.engine.workload import check_trace_matches, iter_token_layers, popularity
@@ -150,15 +152,24 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise SimError(f"must be an integer >= {low}, got {value!r}", field=name)
     check_dtype(weights_dtype)
+    if offload is not None and (isinstance(offload, bool) or not isinstance(offload, numbers.Real)):
+        raise SimError(f"must be a fraction in [0, 1], got {offload!r}", field="--offload")
+    if isinstance(memory_budget, bool):
+        raise SimError(f"expected a size such as 19GB, 12GiB or 50%, got {memory_budget!r}", field="--memory-budget")
     if policy is not None:
-        from sim.cache import POLICY_NAMES
-
-        if policy not in POLICY_NAMES:
-            raise SimError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}", field="--policy")
+        check_timed_policy(policy, keeps_profile=True)  # the name; the strategy's side is checked below
     dev = load_device(device)
     mod = load_model(model)
+    if not isinstance(strategy, str):
+        raise SimError(f"expected a strategy name, got {type(strategy).__name__}", field="--strategy")
     strat_cls = get_strategy(strategy)
+    if knobs is not None and not isinstance(knobs, Mapping):
+        raise SimError(f"expected a mapping of knob names to values, got {type(knobs).__name__}", field="knobs")
     knob_values = parse_knobs(strat_cls, dict(knobs or {}))
+    knob_policy = getattr(knob_values, "policy", None)
+    if policy is not None or knob_policy is not None:
+        check_timed_policy(policy or knob_policy, strat_cls.keeps_profile,
+                           field="--policy" if policy is not None else "knobs.policy")
     context_tokens = prompt_tokens + decode_tokens
     if context_tokens > mod.max_context:
         raise SimError(f"prompt plus decode tokens must be at most {mod.name}'s max_context "
@@ -196,6 +207,8 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
              knobs: dict[str, Any] | None = None, timeline: bool = False) -> SimResult:
     """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens."""
     wall0 = time.perf_counter()
+    if timeline and mode == "analytic":
+        raise SimError("the analytic cost model has no timeline; drop it or use mode 'des'", field="--timeline")
     prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed = (
         _integer(v) for v in (prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed))
     setup = check_options(device, model, strategy, memory_budget=memory_budget, offload=offload,

@@ -9,6 +9,7 @@ only constant is the runtime's own footprint, which PI2 reports.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, field
 
 from sim.errors import SimError
@@ -109,11 +110,20 @@ def plan_memory(model: ModelProfile, device: DeviceProfile, *, budget: str | int
     device's usable DRAM. ``offload``: fraction of FFN weights kept only on flash (the other
     way to say it; mutually exclusive with ``budget``).
     """
-    dtype = weights_dtype or model.default_dtype
+    from sim.profiles.formats import check_dtype
+    from sim.profiles.registry import load_device, load_model
+
+    model, device = load_model(model), load_device(device)  # names, paths or (re-checked) objects
+    dtype = check_dtype(weights_dtype) or model.default_dtype
     if budget is not None and offload is not None:
         raise SimError("give either a memory budget or an offload fraction, not both", field="--offload")
-    if context_tokens < 1:
-        raise SimError(f"must be >= 1, got {context_tokens}", field="--context-tokens")
+    if isinstance(context_tokens, bool) or not isinstance(context_tokens, numbers.Integral) or context_tokens < 1:
+        raise SimError(f"must be an integer >= 1, got {context_tokens!r}", field="--context-tokens")
+    if offload is not None and (isinstance(offload, bool) or not isinstance(offload, numbers.Real)):
+        raise SimError(f"must be a fraction in [0, 1], got {offload!r}", field="--offload")
+    if isinstance(runtime_bytes, bool) or not isinstance(runtime_bytes, numbers.Real) \
+            or not 0 <= runtime_bytes < float("inf"):
+        raise SimError(f"must be a byte count >= 0, got {runtime_bytes!r}", field="runtime_bytes")
     bundle = model.bundle(dtype, device.storage.page_bytes)
     ffn_bytes = model.ffn_neurons_total * bundle.dram_bytes
     resident = resident_components(model, dtype, context_tokens, predictor=predictor,

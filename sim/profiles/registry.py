@@ -62,17 +62,39 @@ def _cached(kind: str, path: str, mtime: float) -> BaseModel:
 
 
 def load_device(ref: str | Path | DeviceProfile) -> DeviceProfile:
-    if isinstance(ref, DeviceProfile):
-        return ref
-    path = resolve_path("device", ref)
+    if isinstance(ref, BaseModel | dict):
+        return _checked_object("device", ref)  # type: ignore[return-value]
+    path = resolve_path("device", _reference("device", ref))
     return _load(path, "device")  # type: ignore[return-value]
 
 
 def load_model(ref: str | Path | ModelProfile) -> ModelProfile:
-    if isinstance(ref, ModelProfile):
-        return ref
-    path = resolve_path("model", ref)
+    if isinstance(ref, BaseModel | dict):
+        return _checked_object("model", ref)  # type: ignore[return-value]
+    path = resolve_path("model", _reference("model", ref))
     return _load(path, "model")  # type: ignore[return-value]
+
+
+def _reference(kind: str, ref: object) -> str | Path:
+    if not isinstance(ref, str | Path):
+        raise SimError(f"expected a {kind} name, a path to a YAML file or a profile object, got "
+                       f"{type(ref).__name__}", field=f"--{kind}")
+    return ref
+
+
+def _checked_object(kind: str, obj: BaseModel | dict) -> BaseModel:
+    """A profile given as an object (or a mapping), validated as a file would be.
+
+    ``model_copy(update=...)`` and attribute assignment skip pydantic's checks, and a NaN
+    bandwidth or a zero page size would otherwise hang or crash the engine far from the
+    edit that caused it.
+    """
+    model_cls, _ = KINDS[kind]
+    if isinstance(obj, BaseModel) and not isinstance(obj, model_cls):
+        raise SimError(f"expected a {model_cls.__name__} (a {kind} profile), got {type(obj).__name__}",
+                       field=f"--{kind}")
+    data = obj.model_dump() if isinstance(obj, BaseModel) else obj
+    return validate(model_cls, data, f"{kind} {data.get('name', '?')!s} (given as an object)")
 
 
 def _load(path: Path, kind: str) -> BaseModel:

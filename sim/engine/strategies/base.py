@@ -82,6 +82,7 @@ class Strategy(ABC):
     knobs_model: ClassVar[type[Knobs]]
     uses_predictor: ClassVar[bool] = True  # predictors occupy DRAM
     split_scales: ClassVar[bool] = True  # FFN scales resident, bundles without them in cache
+    keeps_profile: ClassVar[bool] = False  # holds the offline hot-neuron profile (profile-based policies need it)
 
     def __init__(self, ctx: RunContext, knobs: Knobs):
         self.ctx = ctx

@@ -64,6 +64,7 @@ class PowerInfer2(Strategy):
     name = "powerinfer2"
     summary = "PowerInfer-2: hot neurons on NPU, cold neuron clusters on CPU, pipelined flash I/O"
     knobs_model = PowerInfer2Knobs
+    keeps_profile = True  # [PI2 §4.2]: the offline profile picks the hot neurons
 
     def __init__(self, ctx: RunContext, knobs: PowerInfer2Knobs):
         super().__init__(ctx, knobs)
