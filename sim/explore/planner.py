@@ -24,6 +24,7 @@ by speed and ranked by DES energy.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -167,25 +168,43 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
          passes: int = 2, seed: int = 0, preset: str | None = None, workers: int = 1,
          executor: Executor | None = None) -> PlanResult:
     """Search the PowerInfer-2 knobs for ``model`` on ``device`` at ``memory_budget``."""
+    from sim.engine.simulation import check_options
     from sim.engine.strategies.base import get_strategy
     from sim.explore.checks import check_task
     from sim.profiles.registry import load_device
 
     if objective not in OBJECTIVES:
         raise SimError(f"must be one of {', '.join(OBJECTIVES)}; got {objective!r}", field="--objective")
-    for name, value in (("--prune-tokens", prune_tokens), ("--confirm-tokens", confirm_tokens),
-                        ("--confirm", confirm), ("--passes", passes)):
-        if not isinstance(value, int) or value < 1:
+    counts = {"--prune-tokens": prune_tokens, "--confirm-tokens": confirm_tokens, "--confirm": confirm,
+              "--passes": passes}
+    for name, value in counts.items():
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
             raise SimError(f"must be an integer >= 1, got {value!r}", field=name)
-    if min_tokens_per_s is not None and not min_tokens_per_s > 0:
-        raise SimError(f"must be > 0, got {min_tokens_per_s!r}", field="--min-tokens-per-s")
+    prune_tokens, confirm_tokens, confirm, passes = (int(v) for v in counts.values())
+    if min_tokens_per_s is not None and (isinstance(min_tokens_per_s, bool)
+                                         or not isinstance(min_tokens_per_s, numbers.Real)
+                                         or not 0 < min_tokens_per_s < math.inf):
+        raise SimError(f"must be a number > 0, got {min_tokens_per_s!r}", field="--min-tokens-per-s")
     dev = load_device(device)
     base = {"device": device if isinstance(device, str) else dev.name, "model": model, "strategy": "powerinfer2",
             "memory_budget": memory_budget, "warmup_tokens": warmup_tokens, "seed": seed, "preset": preset}
     if isinstance(device, DeviceProfile):
         base["device"] = device
-    base_task = _resolve({**base, "mode": "analytic", "decode_tokens": prune_tokens}, {})  # fails fast on bad input
-    check_task(base_task)  # every run option and the trace, as `sim run` and `sim sweep` check them
+    # Every run option, the trace and the budget's room, as `sim run` checks them, for both kinds of
+    # evaluation (pruning and confirming), before the search starts.
+    tasks = []
+    evaluations = (("analytic", prune_tokens, "--prune-tokens"), ("des", confirm_tokens, "--confirm-tokens"))
+    for mode, tokens, flag in evaluations:
+        task = _resolve({**base, "mode": mode, "decode_tokens": tokens}, {})
+        try:
+            check_task(task)
+            check_options(task["device"], task["model"], task["strategy"], knobs=task["knobs"], **task["run"])
+        except SimError as exc:  # the run's decode tokens are this flag's here
+            if exc.field in ("--decode-tokens", "--prompt-tokens/--decode-tokens"):
+                raise SimError(exc.detail, source=exc.source, field=flag) from None
+            raise
+        tasks.append(task)
+    base_task = tasks[0]
     own = executor is None
     ex = executor or make_executor(workers)
     try:

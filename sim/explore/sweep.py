@@ -20,6 +20,8 @@ strategy, run options, ``knobs.<name>``), every summary metric (nested ones flat
 from __future__ import annotations
 
 import contextlib
+import math
+import numbers
 import signal
 import threading
 import time
@@ -30,11 +32,13 @@ from typing import Any
 
 import pandas as pd
 
+from sim.errors import SimError
 from sim.explore.checks import check_points
 from sim.explore.executors import Executor, check_executor_args, make_executor
-from sim.explore.spec import Point, SweepSpec, expand, load_spec
+from sim.explore.spec import Point, SweepSpec, expand, load_spec, spec_from_mapping
 from sim.explore.store import FLUSH_INTERVAL_S, ResultStore
 from sim.explore.worker import TIMING_COLUMNS
+from sim.outputs import check_output
 
 __all__ = ["TIMING_COLUMNS", "SweepInterrupted", "SweepReport", "run_points", "run_sweep", "spec_points"]
 
@@ -91,8 +95,13 @@ def spec_points(spec: SweepSpec | str | Path, base_dir: Path | None = None) -> t
     if isinstance(spec, str | Path):
         spec_obj, folder = load_spec(spec)
         source, base_dir = str(spec), folder
-    else:
+    elif isinstance(spec, SweepSpec):
         spec_obj, source = spec, spec.name or "spec"
+    elif isinstance(spec, dict):
+        spec_obj = spec_from_mapping(spec)
+        source = spec_obj.name or "spec"
+    else:
+        raise SimError(f"expected a spec file, a mapping or a SweepSpec, got {type(spec).__name__}", field="spec")
     points = expand(spec_obj, base_dir, source)
     seen: set[str] = set()
     unique = []
@@ -117,7 +126,15 @@ def run_sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1
     :class:`SweepInterrupted`.
     """
     t0 = time.perf_counter()
+    if isinstance(workers, numbers.Integral) and not isinstance(workers, bool):
+        workers = int(workers)
     check_executor_args(workers, scheduler)
+    if not isinstance(out, str | Path):
+        raise SimError(f"expected a results path (.parquet), got {type(out).__name__}", field="out")
+    check_output(Path(out), "--out", suffixes=(".parquet",))
+    if isinstance(commit_every_s, bool) or not isinstance(commit_every_s, numbers.Real) \
+            or not 0 <= commit_every_s < math.inf:
+        raise SimError(f"must be a number of seconds >= 0, got {commit_every_s!r}", field="--commit-every")
     points, source = spec_points(spec, base_dir)
     check_points(points, source)
     axes = axes_frame(points)

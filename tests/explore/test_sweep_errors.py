@@ -8,11 +8,13 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pandas as pd
 import pytest
 from explore_helpers import base, write_spec
 
 from sim.cli import main
+from sim.errors import SimError
 from sim.explore.store import read_results
 
 PNG = b"\x89PNG"
@@ -188,3 +190,27 @@ def test_output_paths_are_checked_before_any_work(args, message, results, tmp_pa
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
     assert _files(tmp_path) == before
+
+
+def test_library_entry_points_check_their_arguments(tmp_path):
+    """run_sweep and plan refuse bad arguments in one line before any point runs or any file is written."""
+    import sim
+
+    spec = {"base": {"model": "turbosparse-mistral-7b", "decode_tokens": 2, "warmup_tokens": 2, "mode": "analytic"},
+            "points": [{"offload": 0.5}]}
+    cases = [(lambda: sim.run_sweep(spec, None), "out"),
+             (lambda: sim.run_sweep(spec, tmp_path / "r.csv"), "--out"),
+             (lambda: sim.run_sweep(spec, tmp_path / "r.parquet", commit_every_s=float("nan")), "--commit-every"),
+             (lambda: sim.run_sweep(["not", "a", "spec"], tmp_path / "r.parquet"), "spec"),
+             (lambda: sim.plan("oneplus-12", "turbosparse-mistral-7b", memory_budget="3GB", min_tokens_per_s="5"),
+              "--min-tokens-per-s"),
+             (lambda: sim.plan("oneplus-12", "turbosparse-mistral-7b", memory_budget="3GB", confirm_tokens=10**9),
+              "--confirm-tokens"),
+             (lambda: sim.plan("oneplus-12", "turbosparse-mistral-7b", memory_budget="1KB"), "--memory-budget")]
+    for call, field in cases:
+        with pytest.raises(SimError) as info:
+            call()
+        assert info.value.field == field, info.value
+    assert not any(tmp_path.iterdir())  # nothing written
+    report = sim.run_sweep(spec, tmp_path / "r.parquet", progress=False, workers=np.int64(1))
+    assert report.total == 1
