@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter
 
 from sim.errors import SimError
+from sim.explore.worker import TIMING_COLUMNS
 from sim.units import format_bytes, parse_bytes
 
 # Column families a listing shows by prefix only (there are dozens of them).
@@ -30,6 +31,19 @@ def _check_columns(df: pd.DataFrame, names: dict[str, str | None]) -> None:
         if col is not None and col not in df.columns:
             shown = [c for c in df.columns if not c.startswith(_GROUPS)]
             raise SimError(f"no column {col!r} in the results; columns include: {', '.join(shown)}", field=option)
+
+
+def check_axis(df: pd.DataFrame, column: str | None, flag: str) -> None:
+    """An axis or hue column must have a value in some successful row, else every point
+    collapses onto one unlabelled line (a run option left at its default is ``None``)."""
+    if column is None or _ok_rows(df)[column].notna().any():
+        return
+    data = _ok_rows(df)
+    measured = set(TIMING_COLUMNS) | {"point_id", "error", "status"}
+    varying = [str(c) for c in data.columns if str(c) not in measured and data[c].dtype.kind != "f"
+               and not str(c).startswith(_GROUPS[1:]) and data[c].notna().all() and data[c].astype(str).nunique() > 1]
+    raise SimError(f"{column!r} has no value in any successful row (left at its default); columns that vary: "
+                   f"{', '.join(varying) or '(none)'}", field=flag)
 
 
 def numeric_columns(df: pd.DataFrame) -> list[str]:
@@ -89,6 +103,8 @@ def line_plot(df: pd.DataFrame, x: str, y: str, hue: str | None = None, out: str
     if data.empty:
         raise SimError("no successful points to plot", field="--y")
     check_metric(df, y, "--y")
+    check_axis(df, x, "--x")
+    check_axis(df, hue, "--hue")
     pos, kind = axis_values(data[x])
     frame = pd.DataFrame({"x": pos, "y": pd.to_numeric(data[y], errors="coerce"),
                           "hue": data[hue].astype(str) if hue else ""}, index=data.index)

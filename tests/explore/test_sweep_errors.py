@@ -214,3 +214,13 @@ def test_library_entry_points_check_their_arguments(tmp_path):
     assert not any(tmp_path.iterdir())  # nothing written
     report = sim.run_sweep(spec, tmp_path / "r.parquet", progress=False, workers=np.int64(1))
     assert report.total == 1
+
+
+def test_plots_refuse_an_axis_left_at_its_default(results, tmp_path, capsys):
+    """A hue that is None in every row (a run option the spec never set) would draw one unlabelled line."""
+    target = tmp_path / "p.png"
+    assert main(["sweep", "plot", str(results), "--x", "memory_budget", "--y", "decode_tokens_per_s",
+                 "--hue", "policy", "--out", str(target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --hue: 'policy' has no value in any successful row") and err.count("\n") == 1
+    assert "columns that vary: memory_budget, strategy" in err and not target.exists()
