@@ -34,9 +34,77 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sim.cache._lists import CAP, STEP, USED
+from sim.checks import INT64_MAX, check_bool, check_int
+from sim.checks import bound_text as _bound
+from sim.checks import shown as _shown
 from sim.errors import SimError
 
 GHOST = 128  # item-state codes >= GHOST mark ghost (history-only, not resident) entries
+
+# Argument limits. Item ids are int32 in the list-based policies; an item's size is at most
+# 1 TiB (as in sim.cache.requests), so byte sums over many items stay far inside int64, and
+# so does a capacity of at most 2**62 bytes plus one item.
+MAX_ITEMS = 2**31 - 1
+MAX_ITEM_BYTES = 2**40
+MAX_CAPACITY_BYTES = 2**62
+MAX_TOKEN = 2**62  # token indices: the window kernel computes ``token - window_tokens`` in int64
+
+
+# -- argument checks shared by the policies ------------------------------------------------
+# Every bad argument is a one-line SimError naming it and the allowed range; numpy scalars
+# are taken as the Python numbers they are, booleans are not numbers.
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+def int64_bytes(x: float) -> int:
+    """``int(x)`` for a finite byte count ``x >= 0``, saturated at the int64 maximum (a budget that
+    large is unbounded; ``int`` alone would overflow the kernels' int64 scalars)."""
+    return int(x) if x < 2.0**63 else INT64_MAX
+
+
+
+
+
+def _int_array(value: Any, field: str, what: str) -> np.ndarray:
+    """``value`` as a numpy array of an integer dtype (an empty one of any dtype), without casting."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SimError(f"must be {what}, got {_shown(value)}", field=field) from None
+    if arr.dtype.kind not in "iu" and (arr.size or arr.dtype.kind not in "iuf"):
+        raise SimError(f"must be {what}, got {_shown(value)}", field=field)
+    return arr
+
+
+def check_counts(value: Any, n_items: int, policy: str, field: str = "profile_counts") -> np.ndarray:
+    """Per-item request counts of a profile: ``n_items`` finite numbers >= 0 (returned unchanged)."""
+    if value is None:
+        raise SimError(f"{policy} needs profile_counts (requests per item on a profiling trace)", field=field)
+    try:
+        counts = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        counts = None
+    if counts is None or counts.dtype.kind not in "iuf":
+        raise SimError(f"must be an array of n_items={n_items} request counts (numbers >= 0), got {_shown(value)}",
+                       field=field)
+    if counts.shape != (n_items,):
+        raise SimError(f"must have n_items={n_items} entries, got shape {counts.shape}", field=field)
+    if counts.size and ((counts.dtype.kind == "f" and not np.all(np.isfinite(counts))) or counts.min() < 0):
+        raise SimError("every count must be a finite number >= 0", field=field)
+    return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,20 +164,19 @@ class CachePolicy(ABC):
     item_arrays: ClassVar[bool] = True  # allocate the generic per-item state / size / pin arrays
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
-        for field, value in (("capacity_bytes", capacity_bytes), ("n_items", n_items)):
-            if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 0:
-                raise SimError(f"must be an integer >= 0, got {value!r}", field=field)
-        self.capacity_bytes = int(capacity_bytes)
-        self.n_items = int(n_items)
-        sizes = np.asarray(item_bytes)
+        self.capacity_bytes = check_int(capacity_bytes, "capacity_bytes", 0, MAX_CAPACITY_BYTES)
+        self.n_items = check_int(n_items, "n_items", 0, MAX_ITEMS)
+        what = f"an integer in [1, {_bound(MAX_ITEM_BYTES)}] bytes or an array of n_items={self.n_items} of them"
+        sizes = _int_array(item_bytes, "item_bytes", what)
         if sizes.ndim == 0:
-            sizes = np.full(self.n_items, int(sizes), dtype=np.int64)
-        sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+            sizes = np.full(self.n_items, check_int(sizes[()], "item_bytes", 1, MAX_ITEM_BYTES), dtype=np.int64)
         if sizes.shape != (self.n_items,):
             raise SimError(f"must be a scalar or have n_items={self.n_items} entries, got shape {sizes.shape}",
                            field="item_bytes")
-        if self.n_items and sizes.min() < 1:
-            raise SimError("every item must be at least 1 byte", field="item_bytes")
+        if self.n_items and (sizes.min() < 1 or sizes.max() > MAX_ITEM_BYTES):
+            raise SimError(f"every item must be an integer in [1, {_bound(MAX_ITEM_BYTES)}] bytes",
+                           field="item_bytes")
+        sizes = np.ascontiguousarray(sizes, dtype=np.int64)
         self.item_bytes = sizes
         # One size for every item (the usual neuron cache): requests' sizes are then a fill,
         # not a gather from an n_items-long array (a random read per request).
@@ -151,18 +218,21 @@ class CachePolicy(ABC):
         to) matters only to the sliding-window policy and defaults to a step counter.
         ``check=False`` skips the key validation for callers that guarantee it.
         """
-        keys = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
+        keys = self._as_keys(keys)
         if check:
             self._check_keys(keys)
         if sizes is None:
             sizes = self._sizes_of(keys)
         else:
-            sizes = np.ascontiguousarray(sizes, dtype=np.int64).reshape(-1)
-            if sizes.shape != keys.shape or (sizes.size and sizes.min() < 1):
-                raise SimError("sizes must be one positive byte count per key", field="sizes")
-        if token is None:
-            token = self._auto_token
-        self._auto_token = int(token) + 1
+            what = f"one integer byte count in [1, {_bound(MAX_ITEM_BYTES)}] per key"
+            sizes = _int_array(sizes, "sizes", what).reshape(-1)
+            if sizes.shape != keys.shape or (sizes.size and (sizes.min() < 1 or sizes.max() > MAX_ITEM_BYTES)):
+                raise SimError(f"must be {what}", field="sizes")
+            sizes = np.ascontiguousarray(sizes, dtype=np.int64)
+        if next_use is not None:
+            next_use = _int_array(next_use, "next_use", "an array of integer step indices, one per key")
+        token = self._auto_token if token is None else check_int(token, "token", 0, MAX_TOKEN)
+        self._auto_token = token + 1
         tokens = np.array([token], dtype=np.int64)
         offsets = np.array([0, keys.shape[0]], dtype=np.int64)
         out = self.run(keys, offsets, sizes=sizes, tokens=tokens, next_use=next_use, record_evictions=True)
@@ -220,6 +290,11 @@ class CachePolicy(ABC):
             return np.full(keys.shape[0], self._one_size, dtype=np.int64)
         return self.item_bytes[keys]
 
+    def _as_keys(self, keys: Any) -> np.ndarray:
+        """The requested keys as a flat contiguous int64 array (integers only: no truncation)."""
+        keys = _int_array(keys, "keys", f"an array of integer item keys in [0, n_items={self.n_items})")
+        return np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
+
     def _check_keys(self, keys: np.ndarray) -> None:
         if keys.size == 0:
             return
@@ -249,11 +324,10 @@ def register(name: str, summary: str = ""):
     return deco
 
 
-def policy_class(name: str) -> type[CachePolicy]:
-    try:
-        return POLICIES[name]
-    except KeyError:
-        raise SimError(f"unknown policy {name!r}; available: {', '.join(POLICIES)}", field="policy") from None
+def policy_class(name: str, field: str = "policy") -> type[CachePolicy]:
+    if not isinstance(name, str) or name not in POLICIES:
+        raise SimError(f"unknown policy {_shown(name)}; available: {', '.join(POLICIES)}", field=field)
+    return POLICIES[name]
 
 
 def policy_options(cls: type[CachePolicy]) -> dict[str, Any]:
@@ -266,10 +340,10 @@ def make_policy(name: str, capacity_bytes: int, n_items: int, item_bytes: int | 
                 strict: bool = True, **options: Any) -> CachePolicy:
     """Build a registered policy; with ``strict=False`` options it does not take are ignored
     (so one option set can be handed to every policy of a comparison)."""
-    cls = policy_class(name)
+    cls = policy_class(name, field="name")
     accepted = policy_options(cls)
     unknown = sorted(set(options) - set(accepted))
-    if unknown and strict:
+    if unknown and check_bool(strict, "strict"):
         allowed = ", ".join(accepted) or "none"
         raise SimError(f"{name} does not take option(s) {unknown}; it takes: {allowed}", field="options")
     kwargs = {k: v for k, v in options.items() if k in accepted}

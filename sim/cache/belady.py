@@ -26,6 +26,7 @@ from numba import njit
 
 from sim.cache._lists import CAP, FIRST_FREE, INF, STEP, USED
 from sim.cache.base import CachePolicy, register
+from sim.checks import check_bool
 from sim.errors import SimError
 
 HN = FIRST_FREE  # entries in the heap
@@ -228,7 +229,7 @@ class Belady(CachePolicy):
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
                  bypass: bool = True):
         super().__init__(capacity_bytes, n_items, item_bytes)
-        self._scal[BYPASS] = 1 if bypass else 0
+        self._scal[BYPASS] = 1 if check_bool(bypass, "bypass") else 0
         self._nu = np.full(self.n_items, INF, dtype=np.int64)
         self._hk = np.zeros(2 * self.n_items + 16, dtype=np.int64)
         self._hv = np.zeros(2 * self.n_items + 16, dtype=np.int64)
@@ -254,7 +255,7 @@ class Belady(CachePolicy):
             if c >= offsets.shape[0] - 1:
                 raise SimError("more steps than the prepared stream holds", field="keys")
             lo, hi = offsets[c], offsets[c + 1]
-            keys = np.ascontiguousarray(keys, dtype=np.int64).reshape(-1)
+            keys = self._as_keys(keys)
             if not np.array_equal(keys, items[lo:hi]):
                 raise SimError(f"step {c} requests other keys than the prepared stream", field="keys")
             self._scal[CURSOR] = c + 1

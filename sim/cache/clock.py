@@ -14,7 +14,7 @@ from numba import njit
 
 from sim.cache._lists import CAP, FIRST_FREE, STEP, USED, new_list_state, push_head, unlink
 from sim.cache.base import CachePolicy, register
-from sim.errors import SimError
+from sim.checks import check_int
 
 MAXF = FIRST_FREE
 
@@ -78,9 +78,7 @@ class Clock(CachePolicy):
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
                  clock_bits: int = 1):
         super().__init__(capacity_bytes, n_items, item_bytes)
-        if not 1 <= int(clock_bits) <= 8:
-            raise SimError(f"must be in 1..8, got {clock_bits!r}", field="clock_bits")
-        self._scal[MAXF] = (1 << int(clock_bits)) - 1
+        self._scal[MAXF] = (1 << check_int(clock_bits, "clock_bits", 1, 8)) - 1
         self._prv, self._nxt, self._head, self._tail = new_list_state(self.n_items, 1)
         self._freq = np.zeros(self.n_items, dtype=np.int64)
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from sim.cache.base import CachePolicy, RunResult, register
+from sim.cache.base import MAX_ITEMS, CachePolicy, RunResult, check_counts, int64_bytes, register
 from sim.cache.lru import LRU
 from sim.cache.static_hot import hot_set
-from sim.errors import SimError
+from sim.checks import check_int, check_real
 
 
 @njit(cache=True)
@@ -99,27 +99,18 @@ class Pi2Segmented(CachePolicy):
                  profile_counts: np.ndarray | None = None, hot_fraction: float = 0.5, cluster_neurons: int = 32,
                  group_items: int | None = None, hot_set_factor: float = 1.0):
         super().__init__(capacity_bytes, n_items, item_bytes)
-        if profile_counts is None:
-            raise SimError("pi2-segmented needs profile_counts (requests per neuron on a profiling trace)",
-                           field="profile_counts")
-        counts = np.asarray(profile_counts)
-        if counts.shape != (self.n_items,):
-            raise SimError(f"must have n_items={self.n_items} entries, got shape {counts.shape}",
-                           field="profile_counts")
-        if not 0.0 <= float(hot_fraction) <= 1.0:
-            raise SimError(f"must be in [0, 1], got {hot_fraction!r}", field="hot_fraction")
-        if int(cluster_neurons) < 1:
-            raise SimError(f"must be >= 1, got {cluster_neurons!r}", field="cluster_neurons")
-        if float(hot_set_factor) <= 0:
-            raise SimError(f"must be > 0, got {hot_set_factor!r}", field="hot_set_factor")
-        group = self.n_items if group_items is None else int(group_items)
-        if group < 1:
-            raise SimError(f"must be >= 1, got {group_items!r}", field="group_items")
-        hot_cap = int(self.capacity_bytes * float(hot_fraction))
+        counts = check_counts(profile_counts, self.n_items, "pi2-segmented")
+        fraction = check_real(hot_fraction, "hot_fraction", 0.0, 1.0)
+        cluster = check_int(cluster_neurons, "cluster_neurons", 1, MAX_ITEMS)
+        factor = check_real(hot_set_factor, "hot_set_factor", 0.0, lo_open=True)
+        group = self.n_items if group_items is None else check_int(group_items, "group_items", 1, MAX_ITEMS)
+        hot_cap = int(self.capacity_bytes * fraction)
         self.hot_capacity_bytes = hot_cap
         self.cold_capacity_bytes = self.capacity_bytes - hot_cap
+        # a hot-set budget beyond int64 bytes selects every profiled neuron either way
+        hot_set_bytes = int64_bytes(hot_cap * factor)
         self._cluster_of, self._cluster_bytes, members = hot_clusters(
-            counts, self.item_bytes, int(hot_cap * float(hot_set_factor)), int(cluster_neurons), max(group, 1))
+            counts, self.item_bytes, hot_set_bytes, cluster, max(group, 1))
         n_clusters = self._cluster_bytes.shape[0]
         self._members = members
         self._member_off = np.zeros(n_clusters + 1, dtype=np.int64)

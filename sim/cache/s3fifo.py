@@ -17,8 +17,8 @@ import numpy as np
 from numba import njit
 
 from sim.cache._lists import CAP, FIRST_FREE, STEP, USED, new_list_state, push_head, unlink
-from sim.cache.base import GHOST, CachePolicy, register
-from sim.errors import SimError
+from sim.cache.base import GHOST, CachePolicy, int64_bytes, register
+from sim.checks import check_int, check_real
 
 SMALL_CAP = FIRST_FREE
 MAIN_CAP = FIRST_FREE + 1
@@ -175,18 +175,16 @@ class S3FIFO(CachePolicy):
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
                  small_size_ratio: float = 0.1, ghost_size_ratio: float = 0.9, move_to_main_threshold: int = 2):
         super().__init__(capacity_bytes, n_items, item_bytes)
-        if not 0.0 < float(small_size_ratio) < 1.0:
-            raise SimError(f"must be in (0, 1), got {small_size_ratio!r}", field="small_size_ratio")
-        if float(ghost_size_ratio) < 0.0:
-            raise SimError(f"must be >= 0, got {ghost_size_ratio!r}", field="ghost_size_ratio")
-        if int(move_to_main_threshold) < 1:
-            raise SimError(f"must be >= 1, got {move_to_main_threshold!r}", field="move_to_main_threshold")
-        # Same integer arithmetic as libCacheSim (truncation of the small and ghost sizes).
-        small = int(self.capacity_bytes * float(small_size_ratio))
+        small_ratio = check_real(small_size_ratio, "small_size_ratio", 0.0, 1.0, lo_open=True, hi_open=True)
+        ghost_ratio = check_real(ghost_size_ratio, "ghost_size_ratio", 0.0)
+        threshold = check_int(move_to_main_threshold, "move_to_main_threshold", 1)
+        # Same integer arithmetic as libCacheSim (truncation of the small and ghost sizes);
+        # a ghost larger than int64 bytes is an unbounded one.
+        small = int(self.capacity_bytes * small_ratio)
         self._scal[SMALL_CAP] = small
         self._scal[MAIN_CAP] = self.capacity_bytes - small
-        self._scal[GHOST_CAP] = int(self.capacity_bytes * float(ghost_size_ratio))
-        self._scal[THRESH] = int(move_to_main_threshold)
+        self._scal[GHOST_CAP] = int64_bytes(self.capacity_bytes * ghost_ratio)
+        self._scal[THRESH] = threshold
         self._prv, self._nxt, self._head, self._tail = new_list_state(self.n_items, 3)
         self._freq = np.zeros(self.n_items, dtype=np.int64)
 

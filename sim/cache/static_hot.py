@@ -15,8 +15,8 @@ import numpy as np
 from numba import njit
 
 from sim.cache._lists import CAP, STEP, USED
-from sim.cache.base import CachePolicy, register
-from sim.errors import SimError
+from sim.cache.base import CachePolicy, check_counts, register
+from sim.checks import check_bool
 
 
 @njit(cache=True)
@@ -70,13 +70,8 @@ class StaticHot(CachePolicy):
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
                  profile_counts: np.ndarray | None = None, preload: bool = False):
         super().__init__(capacity_bytes, n_items, item_bytes)
-        if profile_counts is None:
-            raise SimError("static-hot needs profile_counts (requests per item on a profiling trace)",
-                           field="profile_counts")
-        counts = np.asarray(profile_counts)
-        if counts.shape != (self.n_items,):
-            raise SimError(f"must have n_items={self.n_items} entries, got shape {counts.shape}",
-                           field="profile_counts")
+        counts = check_counts(profile_counts, self.n_items, "static-hot")
+        preload = check_bool(preload, "preload")
         self._hot = hot_set(counts, self.item_bytes, self.capacity_bytes).astype(np.uint8)
         if preload:
             self._res[:] = self._hot

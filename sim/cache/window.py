@@ -19,8 +19,8 @@ from numba import njit
 
 from sim.cache._lists import CAP, NONE, STEP, USED
 from sim.cache._recency import LAST, QHEAD, QTAIL, RECENCY_FREE, SIZE, ensure_room, new_queue, new_rows, oldest, touch
-from sim.cache.base import CachePolicy, register
-from sim.errors import SimError
+from sim.cache.base import MAX_TOKEN, CachePolicy, register
+from sim.checks import check_int
 
 WINDOW = RECENCY_FREE
 
@@ -92,9 +92,7 @@ class Window(CachePolicy):
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
                  window_tokens: int = 5):
         super().__init__(capacity_bytes, n_items, item_bytes)
-        if isinstance(window_tokens, bool) or int(window_tokens) != window_tokens or window_tokens < 1:
-            raise SimError(f"must be an integer >= 1, got {window_tokens!r}", field="window_tokens")
-        self.window_tokens = int(window_tokens)
+        self.window_tokens = check_int(window_tokens, "window_tokens", 1, MAX_TOKEN)
         self._scal[WINDOW] = self.window_tokens
         self._node = new_rows(self.n_items, 3, max_item_bytes=int(self.item_bytes.max(initial=1)))
         min_bytes = int(self.item_bytes.min()) if self.n_items else 1

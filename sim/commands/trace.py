@@ -218,6 +218,8 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
 
     _positive(tokens, "--tokens")
     _positive(chunk_tokens, "--chunk-tokens")
+    if seed < 0:
+        raise SimError(f"must be an integer >= 0, got {seed}", field="--seed")
     if preset is not None and params is not None:
         raise SimError("give either --preset or --params, not both", field="--preset")
     check_output(out, "--out", suffixes=TRACE_SUFFIXES)

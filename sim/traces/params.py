@@ -44,9 +44,12 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sim.checks import check_int
+from sim.checks import shown as _shown
 from sim.errors import SimError
 
 PROVENANCE_KEYS = ("source", "calibrated", "assumed", "fitted")
+MAX_EXPERTS = 2**15 - 1  # expert ids are int16 in traces
 
 
 @dataclass(frozen=True)
@@ -61,14 +64,33 @@ class SynthDims:
     model: str = "custom"
 
     def __post_init__(self) -> None:
+        # Neuron ids are int32 and expert ids int16 in traces; numpy integers become the ints a
+        # trace file's metadata holds.
         for name in ("n_layers", "n_neurons", "hidden", "n_experts", "top_k"):
-            value = getattr(self, name)
-            if not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
-                raise SimError(f"must be a positive integer, got {value!r}", field=name)
+            hi = MAX_EXPERTS if name in ("n_experts", "top_k") else 2**31 - 1
+            object.__setattr__(self, name, check_int(getattr(self, name), name, 1, hi))
         if self.top_k > self.n_experts:
             raise SimError(f"top_k {self.top_k} exceeds n_experts {self.n_experts}", field="top_k")
-        if self.n_neurons >= 2**31:
-            raise SimError("n_neurons must fit int32 neuron ids", field="n_neurons")
+        if not isinstance(self.model, str):
+            raise SimError(f"must be a model name (a string), got {_shown(self.model)}", field="model")
+        object.__setattr__(self, "model", str(self.model))
+
+    @classmethod
+    def coerce(cls, dims: Any, field: str = "dims") -> SynthDims:
+        """``dims`` as :class:`SynthDims`: given as such, as a model profile or as a model name or
+        profile path (the model's dimensions, as ``SynthDims.from_model(load_model(dims))``)."""
+        if isinstance(dims, SynthDims):
+            return dims
+        from sim.profiles.model import ModelProfile
+
+        if isinstance(dims, ModelProfile | str | Path):
+            from sim.profiles.registry import load_model
+
+            try:
+                return cls.from_model(load_model(dims))
+            except SimError as exc:
+                raise SimError(str(exc), field=field) from None
+        raise SimError(f"must be SynthDims, a ModelProfile or a model name, got {_shown(dims)}", field=field)
 
     @classmethod
     def from_model(cls, profile: Any) -> SynthDims:
@@ -381,6 +403,9 @@ def resolve_params(ref: str | Path | SynthParams) -> SynthParams:
     """A preset name, a YAML path, or an already loaded parameter set."""
     if isinstance(ref, SynthParams):
         return ref
+    if not isinstance(ref, str | Path):
+        raise SimError(f"must be a preset name, a parameter file path or SynthParams, got {_shown(ref)}",
+                       field="params")
     text = str(ref)
     if text in preset_names():
         return load_preset(text)

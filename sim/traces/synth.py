@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from sim.checks import check_int, check_optional_bool
 from sim.errors import SimError
 from sim.traces import _synth_kernels as K
 from sim.traces.format import Trace, TraceChunk, TraceMeta, save_trace
@@ -159,12 +160,14 @@ class TraceSynthesizer:
     tables are state too (context shifts rewrite them in place).
     """
 
-    def __init__(self, params: SynthParams, dims: SynthDims, seed: int = 0, *, predictions: bool | None = None):
-        if not isinstance(seed, int | np.integer) or isinstance(seed, bool) or seed < 0:
-            raise SimError(f"must be an integer >= 0, got {seed!r}", field="--seed")
-        self.params, self.dims, self.seed = params, dims, int(seed)
+    def __init__(self, params: SynthParams | str | Path, dims: SynthDims | Any, seed: int = 0, *,
+                 predictions: bool | None = None):
+        params, dims = resolve_params(params), SynthDims.coerce(dims)
+        seed = check_int(seed, "seed", 0, None)
+        predictions = check_optional_bool(predictions, "predictions")
+        self.params, self.dims, self.seed = params, dims, seed
         pred_spec = params.predictor(dims)
-        self.with_pred = pred_spec is not None if predictions is None else bool(predictions)
+        self.with_pred = pred_spec is not None if predictions is None else predictions
         if self.with_pred and pred_spec is None:
             raise SimError(f"parameter set {params.name!r} has no predictor group; cannot produce predicted sets",
                            source=params.source, field="predictor")
@@ -315,23 +318,31 @@ class TraceSynthesizer:
                          has_predictions=self.with_pred, predictor=predictor, extra=extra)
 
 
-def _check_counts(n_tokens: int, chunk_tokens: int) -> None:
-    if not isinstance(n_tokens, int | np.integer) or n_tokens < 0:
-        raise SimError(f"must be an integer >= 0, got {n_tokens!r}", field="--tokens")
-    if not isinstance(chunk_tokens, int | np.integer) or chunk_tokens < 1:
-        raise SimError(f"must be a positive integer, got {chunk_tokens!r}", field="chunk_tokens")
+def _check_counts(n_tokens: int, chunk_tokens: int, prompt_tokens: int = 0) -> tuple[int, int, int]:
+    """The token counts as Python ints (what a trace file's metadata holds), or a SimError."""
+    n_tokens = check_int(n_tokens, "n_tokens", 0)
+    chunk_tokens = check_int(chunk_tokens, "chunk_tokens", 1)
+    prompt_tokens = check_int(prompt_tokens, "prompt_tokens", 0, n_tokens)
+    return n_tokens, chunk_tokens, prompt_tokens
 
 
-def synthesize(params: SynthParams | str | Path, dims: SynthDims, n_tokens: int, seed: int = 0, *,
+def synthesize(params: SynthParams | str | Path, dims: SynthDims | Any, n_tokens: int, seed: int = 0, *,
                chunk_tokens: int = 64, predictions: bool | None = None,
                synthesizer: TraceSynthesizer | None = None) -> Iterator[TraceChunk]:
     """Yield the trace chunk by chunk (``chunk_tokens`` tokens each, the last may be short).
 
-    ``params`` is a :class:`SynthParams`, a preset name or a parameter file. Pass
-    ``synthesizer`` to read the realised density afterwards.
+    ``params`` is a :class:`SynthParams`, a preset name or a parameter file; ``dims`` a
+    :class:`SynthDims`, a model profile or a model name. Pass ``synthesizer`` to read the
+    realised density afterwards.
     """
-    _check_counts(n_tokens, chunk_tokens)
-    gen = synthesizer or TraceSynthesizer(resolve_params(params), dims, seed, predictions=predictions)
+    n_tokens, chunk_tokens, _ = _check_counts(n_tokens, chunk_tokens)
+    if synthesizer is not None and not isinstance(synthesizer, TraceSynthesizer):
+        raise SimError(f"must be None or a TraceSynthesizer, got {type(synthesizer).__name__}", field="synthesizer")
+    gen = synthesizer or TraceSynthesizer(params, dims, seed, predictions=predictions)
+    return _stream(gen, n_tokens, chunk_tokens)  # arguments are checked now, not at the first chunk
+
+
+def _stream(gen: TraceSynthesizer, n_tokens: int, chunk_tokens: int) -> Iterator[TraceChunk]:
     done = 0
     while done < n_tokens:
         step = min(chunk_tokens, n_tokens - done)
@@ -342,12 +353,13 @@ def synthesize(params: SynthParams | str | Path, dims: SynthDims, n_tokens: int,
 class SyntheticTrace(Trace):
     """A :class:`Trace` whose chunks are generated on demand (no file), identically each time."""
 
-    def __init__(self, params: SynthParams, dims: SynthDims, n_tokens: int, seed: int, chunk_tokens: int,
-                 predictions: bool | None, prompt_tokens: int = 0):
-        _check_counts(n_tokens, chunk_tokens)
-        self._spec = (params, dims, n_tokens, seed, chunk_tokens, predictions)
+    def __init__(self, params: SynthParams | str | Path, dims: SynthDims | Any, n_tokens: int, seed: int,
+                 chunk_tokens: int, predictions: bool | None, prompt_tokens: int = 0):
+        n_tokens, chunk_tokens, prompt_tokens = _check_counts(n_tokens, chunk_tokens, prompt_tokens)
         probe = TraceSynthesizer(params, dims, seed, predictions=predictions)
-        super().__init__(probe.meta(n_tokens, chunk_tokens, min(prompt_tokens, n_tokens)), None)
+        params, dims, seed, predictions = probe.params, probe.dims, probe.seed, probe.with_pred
+        self._spec = (params, dims, n_tokens, seed, chunk_tokens, predictions)
+        super().__init__(probe.meta(n_tokens, chunk_tokens, prompt_tokens), None)
         self._probe: TraceSynthesizer | None = probe
 
     def synthesizer(self) -> TraceSynthesizer:
@@ -366,19 +378,25 @@ class SyntheticTrace(Trace):
                               synthesizer=self.synthesizer())
 
 
-def synth_trace(params: SynthParams | str | Path, dims: SynthDims, n_tokens: int, seed: int = 0, *,
+def synth_trace(params: SynthParams | str | Path, dims: SynthDims | Any, n_tokens: int, seed: int = 0, *,
                 chunk_tokens: int = 64, predictions: bool | None = None, prompt_tokens: int = 0) -> Trace:
-    """A lazily generated trace; iterating its chunks twice gives identical arrays."""
-    return SyntheticTrace(resolve_params(params), dims, n_tokens, seed, chunk_tokens, predictions, prompt_tokens)
+    """A lazily generated trace; iterating its chunks twice gives identical arrays.
+
+    ``params``: a :class:`SynthParams`, a preset name or a parameter file. ``dims``: a
+    :class:`SynthDims`, a model profile or a model name (its dimensions). ``predictions``:
+    None (as the parameter set says), True or False. ``prompt_tokens``: the first
+    ``prompt_tokens`` (in ``[0, n_tokens]``) are prefill. Bad arguments are SimErrors.
+    """
+    return SyntheticTrace(params, dims, n_tokens, seed, chunk_tokens, predictions, prompt_tokens)
 
 
-def write_synthetic(path: str | Path, params: SynthParams | str | Path, dims: SynthDims, n_tokens: int,
+def write_synthetic(path: str | Path, params: SynthParams | str | Path, dims: SynthDims | Any, n_tokens: int,
                     seed: int = 0, *, chunk_tokens: int = 64, predictions: bool | None = None,
                     prompt_tokens: int = 0) -> tuple[Path, TraceSynthesizer]:
     """Generate and save a trace; returns the path and the synthesizer (for its realised density)."""
-    _check_counts(n_tokens, chunk_tokens)
-    gen = TraceSynthesizer(resolve_params(params), dims, seed, predictions=predictions)
-    meta = gen.meta(n_tokens, chunk_tokens, min(prompt_tokens, n_tokens))
-    out = save_trace(path, meta, synthesize(gen.params, dims, n_tokens, seed, chunk_tokens=chunk_tokens,
+    n_tokens, chunk_tokens, prompt_tokens = _check_counts(n_tokens, chunk_tokens, prompt_tokens)
+    gen = TraceSynthesizer(params, dims, seed, predictions=predictions)
+    meta = gen.meta(n_tokens, chunk_tokens, prompt_tokens)
+    out = save_trace(path, meta, synthesize(gen.params, gen.dims, n_tokens, gen.seed, chunk_tokens=chunk_tokens,
                                             synthesizer=gen))
     return out, gen
