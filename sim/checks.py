@@ -69,3 +69,14 @@ def check_bool(value: Any, field: str) -> bool:
 def check_optional_bool(value: Any, field: str) -> bool | None:
     """None, or ``value`` as a Python bool (numpy bools too); anything else is an error."""
     return None if value is None else check_bool(value, field)
+
+
+def int_array(value: Any, field: str, what: str) -> np.ndarray:
+    """``value`` as a numpy array of an integer dtype (an empty one of any dtype), without casting."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SimError(f"must be {what}, got {shown(value)}", field=field) from None
+    if arr.dtype.kind not in "iu" and (arr.size or arr.dtype.kind not in "iuf"):
+        raise SimError(f"must be {what}, got {shown(value)}", field=field)
+    return arr

@@ -36,6 +36,7 @@ import numpy as np
 from sim.cache._lists import CAP, STEP, USED
 from sim.checks import INT64_MAX, check_bool, check_int
 from sim.checks import bound_text as _bound
+from sim.checks import int_array as _int_array
 from sim.checks import shown as _shown
 from sim.errors import SimError
 
@@ -78,15 +79,7 @@ def int64_bytes(x: float) -> int:
 
 
 
-def _int_array(value: Any, field: str, what: str) -> np.ndarray:
-    """``value`` as a numpy array of an integer dtype (an empty one of any dtype), without casting."""
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError, OverflowError):
-        raise SimError(f"must be {what}, got {_shown(value)}", field=field) from None
-    if arr.dtype.kind not in "iu" and (arr.size or arr.dtype.kind not in "iuf"):
-        raise SimError(f"must be {what}, got {_shown(value)}", field=field)
-    return arr
+
 
 
 def check_counts(value: Any, n_items: int, policy: str, field: str = "profile_counts") -> np.ndarray:

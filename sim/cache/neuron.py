@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from sim.cache.base import CachePolicy, make_policy, policy_class, policy_options
+from sim.cache.base import MAX_CAPACITY_BYTES, CachePolicy, make_policy, policy_class, policy_options
 from sim.cache.belady import Belady
 from sim.cache.layout import CacheLayout, gather_rows
 from sim.cache.replay import _split_capacity, profile_counts_of
+from sim.checks import check_int, int_array
 from sim.errors import SimError
 from sim.traces.format import Trace
 
@@ -53,7 +54,7 @@ class NeuronCache:
                            field="profile")
         self.layout = layout
         self.policy_name = policy
-        self.capacity_bytes = int(capacity_bytes)
+        self.capacity_bytes = check_int(capacity_bytes, "capacity_bytes", 0, MAX_CAPACITY_BYTES)
         counts = profile_counts_of(profile, layout) if cls.needs_profile else None
         ipp = layout.n_items // layout.n_parts
         item_bytes = layout.item_bytes()
@@ -110,10 +111,10 @@ class NeuronCache:
     def step(self, layer: int, expert: int, neurons: np.ndarray, *, token: int | None = None) -> NeuronStepResult:
         """Serve the active ``neurons`` (unique ids) of ``expert`` in ``layer`` for one token."""
         lay = self.layout
-        if not (0 <= layer < lay.n_layers and 0 <= expert < lay.n_experts):
-            raise SimError(f"(layer, expert) = ({layer}, {expert}) outside the model's "
-                           f"({lay.n_layers}, {lay.n_experts})", field="layer")
-        neurons = np.ascontiguousarray(neurons, dtype=np.int64).reshape(-1)
+        layer = check_int(layer, "layer", 0, lay.n_layers - 1)
+        expert = check_int(expert, "expert", 0, lay.n_experts - 1)
+        neurons = np.ascontiguousarray(int_array(neurons, "neurons", "an array of integer neuron ids"),
+                                       dtype=np.int64).reshape(-1)
         if neurons.size and (neurons.min() < 0 or neurons.max() >= lay.n_neurons):
             raise SimError(f"neuron ids must be in [0, {lay.n_neurons})", field="neurons")
         part = lay.part_of(layer)

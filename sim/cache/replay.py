@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 from numba import njit
 
-from sim.cache.base import CachePolicy, make_policy, policy_class, policy_options
+from sim.cache.base import MAX_CAPACITY_BYTES, CachePolicy, make_policy, policy_class, policy_options
 from sim.cache.belady import next_use as compute_next_use
 from sim.cache.layout import CacheLayout, ItemSpace, RequestBlock, gather_rows
+from sim.checks import check_int
 from sim.errors import SimError
 from sim.traces.format import Trace
 
@@ -123,8 +124,7 @@ class Replayer:
         if unknown and strict:
             raise SimError(f"{policy} does not take option(s) {unknown}; it takes: {', '.join(accepted) or 'none'}",
                            field="options")
-        if isinstance(capacity_bytes, bool) or not isinstance(capacity_bytes, int | np.integer) or capacity_bytes < 0:
-            raise SimError(f"must be an integer >= 0, got {capacity_bytes!r}", field="capacity_bytes")
+        capacity_bytes = check_int(capacity_bytes, "capacity_bytes", 0, MAX_CAPACITY_BYTES)
         if cls.needs_profile and profile_counts is None:
             raise SimError(f"{policy} needs profile_counts", field="profile_counts")
         self.space = space

@@ -219,3 +219,19 @@ def test_messages_name_the_allowed_range():
     msg = _raises("small_size_ratio", make_policy, "s3fifo", 6, N, small_size_ratio="x")
     assert "must be a finite number in (0, 1), got 'x'" in msg
     assert "got 2.0" in _raises("window_tokens", make_policy, "window", 6, N, window_tokens=np.float64(2))
+
+
+def test_neuron_cache_arguments():
+    """The per-(layer, expert) front end checks its arguments like the policies do."""
+    from sim.cache.layout import CacheLayout
+    from sim.cache.neuron import NeuronCache
+
+    layout = CacheLayout(n_layers=2, n_experts=2, n_neurons=8, neuron_bytes=4)
+    raises_on("capacity_bytes", NeuronCache, layout, "lru", -1)
+    cache = NeuronCache(layout, "lru", np.int64(40))
+    raises_on("layer", cache.step, 2, 0, [1, 2])
+    raises_on("expert", cache.step, 0, -1, [1, 2])
+    raises_on("neurons", cache.step, 0, 0, [1.5, 2.0])
+    raises_on("neurons", cache.step, 0, 0, [8])
+    first = cache.step(np.int64(1), np.int32(1), np.array([1, 2]))
+    assert first.misses == 2 and cache.step(1, 1, [1, 2]).hits == 2
