@@ -120,7 +120,8 @@ def run(
     if tokens_csv is not None:
         result.tokens.to_csv(tokens_csv, index=False)
     if json_out:
-        print(json_text(_plain(result.summary)))
+        # the run's configuration as resolved (defaults, knobs, core layout) rides along for reproducibility
+        print(json_text(_plain({**result.summary, "config": result.config})))
         return
     _print_table(result.summary)
 

@@ -282,7 +282,8 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
               "memory_budget": memory_budget, "offload": offload, "weights_dtype": plan.weights_dtype,
               "prompt_tokens": prompt_tokens, "decode_tokens": decode_tokens, "warmup_tokens": warmup_tokens,
               "profile_tokens": profile_tokens,
-              "policy": policy, "seed": seed, "mode": mode, "knobs": knob_values.model_dump()}
+              "policy": policy, "seed": seed, "mode": mode, "knobs": knob_values.model_dump(),
+              "cores": {"compute": setup.compute_cores, "io": setup.io_cores}}
     return SimResult(df, summary, machine.spans, config, machine.usage if mode == "des" else None)
 
 

@@ -47,6 +47,10 @@ def test_json_carries_the_contract_keys(files, capsys):
     out = json.loads(capsys.readouterr().out)
     for key in CONTRACT_KEYS:
         assert key in out, key
+    # the resolved configuration rides along: enough to rerun the same point
+    config = out["config"]
+    assert config["decode_tokens"] == 6 and config["offload"] == 0.5 and config["strategy"] == "powerinfer2"
+    assert config["knobs"]["cluster_neurons"] > 0 and config["cores"]["compute"] and config["cores"]["io"]
     assert out["decode_tokens_per_s"] > 0 and out["prefill_tokens_per_s"] > 0
     assert out["decode_tokens_per_s"] == pytest.approx(1e3 / out["latency_ms_mean"])
     assert out["ttft_s"] == pytest.approx(8 / out["prefill_tokens_per_s"])
