@@ -1,6 +1,7 @@
 """Design-space exploration: sweeps over run options and profile fields, and the planner.
 
-- :mod:`sim.explore.spec`: the sweep spec (YAML) and its expansion into resolved points;
+- :mod:`sim.explore.spec`: the sweep spec (YAML) and its expansion into points;
+- :mod:`sim.explore.resolve`: a point's settings resolved into a complete, hashable task;
 - :mod:`sim.explore.checks`: every point's options checked before a sweep runs any;
 - :mod:`sim.explore.sweep`: :func:`run_sweep`, crash-safe and resumable, in-process, on
   local worker processes or on a Dask cluster (:mod:`sim.explore.executors`);

@@ -25,7 +25,8 @@ from typing import Any
 
 from sim.errors import SimError
 from sim.explore.paths import PATH_ERROR
-from sim.explore.spec import OVERRIDES_SUFFIX, Point, SettingError, canonical_json
+from sim.explore.resolve import OVERRIDES_SUFFIX, SettingError, canonical_json
+from sim.explore.spec import Point
 from sim.explore.worker import error_text
 from sim.traces.format import Trace
 

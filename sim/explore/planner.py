@@ -33,7 +33,8 @@ import yaml
 
 from sim.errors import SimError
 from sim.explore.executors import Executor, make_executor
-from sim.explore.spec import Point, canonical_json, config_columns, resolve_settings
+from sim.explore.resolve import canonical_json, config_columns, resolve_settings
+from sim.explore.spec import Point
 from sim.explore.sweep import run_points
 from sim.profiles.device import DeviceProfile
 

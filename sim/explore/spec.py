@@ -51,30 +51,23 @@ id, and two spellings of one configuration (``knobs: {}`` vs the default's value
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import functools
-import hashlib
-import inspect
 import itertools
 import json
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from sim.errors import SimError
-from sim.explore.paths import PATH_ERROR, apply_path
+from sim.explore.paths import PATH_ERROR
+from sim.explore.resolve import Resolver, classify, config_columns, digest, resolve_settings, version
 from sim.profiles.validation import Strict, validate
-from sim.units import parse_bytes, parse_size_or_percent
+from sim.units import parse_bytes
 
-NOT_SETTINGS = ("knobs", "timeline")  # knobs have their own keys; a timeline is not a result
-PROFILE_KINDS = ("device", "model")
-SCALE_SUFFIX = ":scale"
 MAX_POINTS = 1_000_000
 
 
@@ -155,11 +148,27 @@ def expand(spec: SweepSpec, base_dir: Path | None = None, source: str = "spec") 
     if "knobs" in base and not isinstance(base["knobs"], dict):
         raise SimError("must be a mapping of knob names to values", source=source, field="base.knobs")
     base_origins = {key: f"base.{key}" for key in base}
-    resolver = _Resolver(base_dir or Path.cwd(), source)
+    resolver = Resolver(base_dir or Path.cwd(), source)
     points = []
     for axes, settings, origins in combos:
-        points.append(resolver.point(axes, {**base, **settings}, {**base_origins, **origins}))
+        points.append(_point(resolver, axes, {**base, **settings}, {**base_origins, **origins}))
     return points
+
+
+def _point(resolver: Resolver, axes: dict[str, Any], settings: dict[str, Any],
+           origins: dict[str, str] | None = None) -> Point:
+    """The point of merged ``settings``, or one that records why they do not resolve."""
+    origins = origins or {}
+    try:
+        task = resolve_settings(settings, resolver)
+    except SimError as exc:
+        if exc.source == PATH_ERROR:  # a misspelt field path is a spec error whatever the point
+            raise SimError(exc.detail, source=resolver.source, field=origins.get(exc.field or "", exc.field)) from None
+        # No configuration to hash: the settings and the error stand for it. The sweep
+        # refuses to run such a point (sim.explore.checks names the spec field to fix).
+        raw = {"version": version(), "unresolved": {k: settings[k] for k in sorted(settings)}, "error": str(exc)}
+        return Point(digest(raw), axes, {}, error=str(exc), origins=origins, failure=exc)
+    return Point(task["id"], axes, task, columns=config_columns(task), origins=origins)
 
 
 # One combination of axis values: (axis columns, settings, where the spec sets each setting).
@@ -240,22 +249,6 @@ def _grid_value(key: str, value: Any, index: int, source: str) -> Combo:
     return {key: value}, {key: value}, {key: f"grid.{key}"}
 
 
-def classify(key: str, source: str = "spec", where: str | None = None) -> str:
-    """What a setting key addresses: ``run``, ``knob``, ``device`` or ``model``."""
-    if not isinstance(key, str):
-        raise SimError(f"setting names must be text, got {key!r}", source=source, field=where)
-    if key in run_options():
-        return "run"
-    head, _, rest = key.partition(".")
-    if head == "knobs" and rest and "." not in rest:
-        return "knob"
-    if head in PROFILE_KINDS and rest:
-        return head
-    raise SimError(f"unknown setting {key!r}; use a run option ({', '.join(run_options())}), knobs.<name>, "
-                   "device.<field path> or model.<field path> (a grid axis may also map a name to mappings "
-                   "of settings)", source=source, field=where or key)
-
-
 # -- sampling -------------------------------------------------------------------------------------
 
 def sample_points(sample: SampleSpec, source: str = "spec") -> list[dict[str, Any]]:
@@ -292,265 +285,3 @@ def _map_unit(u: np.ndarray, axis: RangeAxis, source: str, where: str) -> list[A
     if sizes or axis.integer:
         return [int(round(v)) for v in values]
     return [float(v) for v in values]
-
-
-# -- resolution -------------------------------------------------------------------------------------
-
-@functools.lru_cache(maxsize=1)
-def run_defaults() -> dict[str, Any]:
-    """:func:`simulate`'s run options and their defaults, read from its signature (never
-    copied), so an option the engine gains is a setting (and part of every id) at once."""
-    from sim.engine.simulation import simulate
-
-    params = inspect.signature(simulate).parameters
-    return {name: p.default for name, p in params.items() if name not in NOT_SETTINGS}
-
-
-def run_options() -> tuple[str, ...]:
-    return tuple(run_defaults())
-
-
-def canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str, allow_nan=True)
-
-
-def digest(value: Any, length: int = 16) -> str:
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:length]
-
-
-@functools.lru_cache(maxsize=64)
-def file_sha256(path: str, size: int, mtime_ns: int) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _file_hash(path: Path) -> str:
-    st = path.stat()
-    return file_sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
-
-
-class _Resolver:
-    """Turns merged settings into a task; caches loaded profiles."""
-
-    def __init__(self, base_dir: Path, source: str):
-        self.base_dir = base_dir
-        self.source = source
-        self._profiles: dict[tuple[str, str], dict[str, Any]] = {}
-
-    def point(self, axes: dict[str, Any], settings: dict[str, Any], origins: dict[str, str] | None = None) -> Point:
-        origins = origins or {}
-        try:
-            task = resolve_settings(settings, self)
-        except SimError as exc:
-            if exc.source == PATH_ERROR:  # a misspelt field path is a spec error whatever the point
-                raise SimError(exc.detail, source=self.source, field=origins.get(exc.field or "", exc.field)) from None
-            # No configuration to hash: the settings and the error stand for it. The sweep
-            # refuses to run such a point (sim.explore.checks names the spec field to fix).
-            raw = {"version": _version(), "unresolved": {k: settings[k] for k in sorted(settings)},
-                   "error": str(exc)}
-            return Point(digest(raw), axes, {}, error=str(exc), origins=origins, failure=exc)
-        return Point(task["id"], axes, task, columns=config_columns(task), origins=origins)
-
-    def profile_data(self, kind: str, ref: Any) -> dict[str, Any]:
-        from sim.profiles.registry import load_device, load_model
-
-        if isinstance(ref, BaseModel):  # a profile object (library use)
-            return ref.model_dump(mode="json")
-        if isinstance(ref, Path):
-            ref = str(ref)
-        if isinstance(ref, str) and ref and (("/" in ref) or ref.endswith((".yaml", ".yml"))):
-            p = Path(ref)
-            ref = str(p if p.is_absolute() else (self.base_dir / p))
-        if not isinstance(ref, str):
-            raise SimError(f"must be a profile name or a path to a YAML file, got {ref!r}", field=kind)
-        key = (kind, ref)
-        if key not in self._profiles:
-            loaded = load_device(ref) if kind == "device" else load_model(ref)
-            self._profiles[key] = loaded.model_dump(mode="json")
-        return copy.deepcopy(self._profiles[key])
-
-    def resolve_path(self, value: str) -> Path:
-        p = Path(value)
-        return p if p.is_absolute() else self.base_dir / p
-
-
-
-
-class SettingError(SimError):
-    """A point's settings do not resolve, and ``key`` is the setting to blame.
-
-    The key (``memory_budget``, ``knobs.hot_share``, ``device.storage.rand_read.*.gbps:scale``
-    ...) lets the sweep name the spec field to fix (``grid.memory_budget``) instead of an
-    engine option the user never typed.
-    """
-
-    def __init__(self, exc: SimError, key: str):
-        super().__init__(exc.detail, source=exc.source, field=exc.field)
-        self.key = key
-
-
-@contextlib.contextmanager
-def _blame(key: str) -> Iterator[None]:
-    """Tag a SimError raised inside the block with the setting that caused it."""
-    try:
-        yield
-    except SettingError:
-        raise
-    except SimError as exc:
-        raise SettingError(exc, key) from None
-
-
-def overrides_source(kind: str, name: str) -> str:
-    """The ``source`` of an error in a profile after a point's overrides (not a file of its own)."""
-    return f"{kind} {name}{OVERRIDES_SUFFIX}"
-
-
-OVERRIDES_SUFFIX = " with the point's overrides"
-
-
-def resolve_settings(settings: dict[str, Any], resolver: _Resolver | None = None) -> dict[str, Any]:
-    """The complete configuration of one point (raises SettingError when it is not runnable)."""
-    import sim
-    from sim.engine.strategies.base import get_strategy, parse_knobs
-    from sim.profiles.device import DeviceProfile
-    from sim.profiles.model import ModelProfile
-
-    resolver = resolver or _Resolver(Path.cwd(), "spec")
-    run = dict(run_defaults())
-    knobs: dict[str, Any] = dict(settings.get("knobs") or {})
-    overrides: dict[str, list[tuple[str, Any]]] = {"device": [], "model": []}
-    for key, value in settings.items():
-        if key == "knobs":
-            continue
-        with _blame(key):
-            kind = classify(key)
-        if kind == "run":
-            run[key] = value
-        elif kind == "knob":
-            knobs[key.split(".", 1)[1]] = value
-        else:
-            overrides[kind].append((key, value))
-    profiles: dict[str, Any] = {}
-    for kind, cls in (("device", DeviceProfile), ("model", ModelProfile)):
-        with _blame(kind):
-            data = resolver.profile_data(kind, run[kind])
-        for key, value in overrides[kind]:
-            path = key.split(".", 1)[1]
-            scale = path.endswith(SCALE_SUFFIX)
-            if scale:
-                path = path[: -len(SCALE_SUFFIX)]
-            with _blame(key):
-                apply_path(data, path, value, scale=scale, where=key)
-        name = data.get("name", run[kind])
-        try:
-            profiles[kind] = validate(cls, data, overrides_source(kind, name)).model_dump(mode="json")
-        except SimError as exc:
-            raise SettingError(exc, _override_for(kind, exc.field, overrides[kind])) from None
-    with _blame("strategy"):
-        strategy_cls = get_strategy(run["strategy"])
-    try:
-        knob_values = parse_knobs(strategy_cls, knobs, "knobs").model_dump(mode="json")
-    except SimError as exc:
-        knob = (exc.field or "").split(".")[0]
-        raise SettingError(exc, f"knobs.{knob}" if knob in knobs else "strategy") from None
-    trace: dict[str, Any]
-    if run["trace"] is not None:
-        with _blame("trace"):
-            if run["preset"] is not None:
-                raise SimError("give either trace or preset, not both", field="trace")
-            tpath = resolver.resolve_path(str(run["trace"]))
-            if not tpath.is_file():
-                raise SimError("no such trace file", source=str(tpath), field="trace")
-        trace = {"file": str(tpath.resolve()), "sha256": _file_hash(tpath)}
-    else:
-        trace = preset_ref(run["preset"] or profiles["model"]["name"])
-    run_resolved = {k: run[k] for k in run_options() if k not in _NOT_RUN}
-    with _blame("memory_budget"):
-        run_resolved["memory_budget"] = _budget(run_resolved["memory_budget"])
-    task = {
-        "version": sim.__version__,
-        "device": profiles["device"],
-        "model": profiles["model"],
-        "strategy": strategy_cls.name,
-        "knobs": knob_values,
-        "run": run_resolved,
-        "trace": trace,
-    }
-    ident = digest(task)
-    task["id"] = ident
-    task["device_hash"] = digest(profiles["device"])
-    task["model_hash"] = digest(profiles["model"])
-    return task
-
-
-def _override_for(kind: str, error_path: str | None, overrides: list[tuple[str, Any]]) -> str:
-    """The override of a profile most likely behind a validation error at ``error_path``.
-
-    Paths match step by step, ``*`` and entry names matching any index; one path may be
-    a prefix of the other (an override of a whole section, or an error on the section
-    holding the field, such as usable_bytes above total_bytes). The last match wins (it
-    was applied last); with none, the profile itself is to blame.
-    """
-    got = [s for s in (error_path or "").split(".") if s]
-    for key, _value in reversed(overrides):
-        steps = key.split(".", 1)[1].removesuffix(SCALE_SUFFIX).split(".")
-        if all(_same_step(a, b) for a, b in zip(steps, got, strict=False)):
-            return key
-    return kind
-
-
-def _same_step(written: str, reached: str) -> bool:
-    """Whether an override's path step can address the step an error reports."""
-    return written in (reached, "*") or (reached.isdigit() and not written.lstrip("-").isdigit())
-
-
-def preset_ref(name: str) -> dict[str, Any]:
-    """A synthetic-trace preset by name, with its file's hash (editing a preset changes ids)."""
-    from sim.traces.params import PRESET_DIR
-
-    path = PRESET_DIR / f"{name}.yaml"
-    return {"preset": name, "sha256": _file_hash(path) if path.is_file() else None}
-
-
-def _budget(value: Any) -> Any:
-    """``12GB`` and ``12000000000`` are one budget: sizes become bytes, percentages stay text."""
-    if value is None:
-        return None
-    spec = parse_size_or_percent(value, field="memory_budget")
-    return spec.bytes if spec.bytes is not None else f"{spec.fraction * 100:g}%"
-
-
-def _version() -> str:
-    import sim
-
-    return sim.__version__
-
-
-# -- row columns ------------------------------------------------------------------------------------
-
-def cell(value: Any) -> Any:
-    """A DataFrame cell: scalars as they are, lists and mappings as compact JSON text."""
-    if isinstance(value, list | dict | tuple):
-        return json.dumps(value, separators=(",", ":"), sort_keys=True)
-    return value
-
-
-_NOT_RUN = ("device", "model", "strategy", "trace", "preset")  # resolved into the task's own fields
-
-
-def config_columns(task: dict[str, Any]) -> dict[str, Any]:
-    """The configuration of a resolved point as row columns (knobs as ``knobs.<name>``)."""
-    trace = task["trace"]
-    cols: dict[str, Any] = {
-        "device": task["device"]["name"], "model": task["model"]["name"], "strategy": task["strategy"],
-        **{k: cell(v) for k, v in task["run"].items()},
-        "trace": trace.get("preset") or trace.get("file"),
-    }
-    for name, value in task["knobs"].items():
-        cols[f"knobs.{name}"] = cell(value)
-    cols.update({"project_version": task["version"], "device_hash": task["device_hash"],
-                 "model_hash": task["model_hash"]})
-    return cols

@@ -256,7 +256,7 @@ def complete_row(point: Point, measured: dict[str, Any]) -> dict[str, Any]:
 
 def axes_frame(points: list[Point]) -> pd.DataFrame:
     """``point_id`` plus the spec's axis columns, one row per point in spec order."""
-    from sim.explore.spec import cell
+    from sim.explore.resolve import cell
 
     cols: list[str] = []
     for p in points:

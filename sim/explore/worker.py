@@ -1,6 +1,6 @@
 """Run one resolved sweep point; the function every executor (in-process, pool, Dask) calls.
 
-:func:`run_point` takes the plain-data task built by :mod:`sim.explore.spec` (profiles as
+:func:`run_point` takes the plain-data task built by :mod:`sim.explore.resolve` (profiles as
 dumped mappings, so it pickles small and needs nothing but this package on a worker) and
 returns the row's measured columns. It never raises for a failing simulation: the error
 becomes the row's ``error`` so one bad point cannot stop a sweep.

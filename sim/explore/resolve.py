@@ -1,0 +1,292 @@
+"""Resolving a sweep point's settings into a complete, hashable configuration (a task).
+
+A *setting* key (:func:`classify`) is a run option of :func:`sim.engine.simulation.simulate`,
+``knobs.<name>``, or a ``device.``/``model.`` field path (``:scale`` multiplies instead of
+replacing). :func:`resolve_settings` applies them: profiles after overrides, every run
+option and knob with its default filled in, the trace's file hash and the project
+version, whose digest is the point's stable id. :func:`config_columns` turns a task into
+the configuration columns of its result row.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import functools
+import hashlib
+import inspect
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from sim.errors import SimError
+from sim.explore.paths import apply_path
+from sim.profiles.validation import validate
+from sim.units import parse_size_or_percent
+
+NOT_SETTINGS = ("knobs", "timeline")  # knobs have their own keys; a timeline is not a result
+PROFILE_KINDS = ("device", "model")
+SCALE_SUFFIX = ":scale"
+
+
+def classify(key: str, source: str = "spec", where: str | None = None) -> str:
+    """What a setting key addresses: ``run``, ``knob``, ``device`` or ``model``."""
+    if not isinstance(key, str):
+        raise SimError(f"setting names must be text, got {key!r}", source=source, field=where)
+    if key in run_options():
+        return "run"
+    head, _, rest = key.partition(".")
+    if head == "knobs" and rest and "." not in rest:
+        return "knob"
+    if head in PROFILE_KINDS and rest:
+        return head
+    raise SimError(f"unknown setting {key!r}; use a run option ({', '.join(run_options())}), knobs.<name>, "
+                   "device.<field path> or model.<field path> (a grid axis may also map a name to mappings "
+                   "of settings)", source=source, field=where or key)
+
+
+@functools.lru_cache(maxsize=1)
+def run_defaults() -> dict[str, Any]:
+    """:func:`simulate`'s run options and their defaults, read from its signature (never
+    copied), so an option the engine gains is a setting (and part of every id) at once."""
+    from sim.engine.simulation import simulate
+
+    params = inspect.signature(simulate).parameters
+    return {name: p.default for name, p in params.items() if name not in NOT_SETTINGS}
+
+
+def run_options() -> tuple[str, ...]:
+    return tuple(run_defaults())
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str, allow_nan=True)
+
+
+def digest(value: Any, length: int = 16) -> str:
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:length]
+
+
+@functools.lru_cache(maxsize=64)
+def file_sha256(path: str, size: int, mtime_ns: int) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _file_hash(path: Path) -> str:
+    st = path.stat()
+    return file_sha256(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+class Resolver:
+    """Resolves settings against one spec folder; caches the profiles it loads."""
+
+    def __init__(self, base_dir: Path, source: str):
+        self.base_dir = base_dir
+        self.source = source
+        self._profiles: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def profile_data(self, kind: str, ref: Any) -> dict[str, Any]:
+        from sim.profiles.registry import load_device, load_model
+
+        if isinstance(ref, BaseModel):  # a profile object (library use)
+            return ref.model_dump(mode="json")
+        if isinstance(ref, Path):
+            ref = str(ref)
+        if isinstance(ref, str) and ref and (("/" in ref) or ref.endswith((".yaml", ".yml"))):
+            p = Path(ref)
+            ref = str(p if p.is_absolute() else (self.base_dir / p))
+        if not isinstance(ref, str):
+            raise SimError(f"must be a profile name or a path to a YAML file, got {ref!r}", field=kind)
+        key = (kind, ref)
+        if key not in self._profiles:
+            loaded = load_device(ref) if kind == "device" else load_model(ref)
+            self._profiles[key] = loaded.model_dump(mode="json")
+        return copy.deepcopy(self._profiles[key])
+
+    def resolve_path(self, value: str) -> Path:
+        p = Path(value)
+        return p if p.is_absolute() else self.base_dir / p
+
+
+class SettingError(SimError):
+    """A point's settings do not resolve, and ``key`` is the setting to blame.
+
+    The key (``memory_budget``, ``knobs.hot_share``, ``device.storage.rand_read.*.gbps:scale``
+    ...) lets the sweep name the spec field to fix (``grid.memory_budget``) instead of an
+    engine option the user never typed.
+    """
+
+    def __init__(self, exc: SimError, key: str):
+        super().__init__(exc.detail, source=exc.source, field=exc.field)
+        self.key = key
+
+
+@contextlib.contextmanager
+def _blame(key: str) -> Iterator[None]:
+    """Tag a SimError raised inside the block with the setting that caused it."""
+    try:
+        yield
+    except SettingError:
+        raise
+    except SimError as exc:
+        raise SettingError(exc, key) from None
+
+
+def overrides_source(kind: str, name: str) -> str:
+    """The ``source`` of an error in a profile after a point's overrides (not a file of its own)."""
+    return f"{kind} {name}{OVERRIDES_SUFFIX}"
+
+
+OVERRIDES_SUFFIX = " with the point's overrides"
+
+
+def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None) -> dict[str, Any]:
+    """The complete configuration of one point (raises SettingError when it is not runnable)."""
+    import sim
+    from sim.engine.strategies.base import get_strategy, parse_knobs
+    from sim.profiles.device import DeviceProfile
+    from sim.profiles.model import ModelProfile
+
+    resolver = resolver or Resolver(Path.cwd(), "spec")
+    run = dict(run_defaults())
+    knobs: dict[str, Any] = dict(settings.get("knobs") or {})
+    overrides: dict[str, list[tuple[str, Any]]] = {"device": [], "model": []}
+    for key, value in settings.items():
+        if key == "knobs":
+            continue
+        with _blame(key):
+            kind = classify(key)
+        if kind == "run":
+            run[key] = value
+        elif kind == "knob":
+            knobs[key.split(".", 1)[1]] = value
+        else:
+            overrides[kind].append((key, value))
+    profiles: dict[str, Any] = {}
+    for kind, cls in (("device", DeviceProfile), ("model", ModelProfile)):
+        with _blame(kind):
+            data = resolver.profile_data(kind, run[kind])
+        for key, value in overrides[kind]:
+            path = key.split(".", 1)[1]
+            scale = path.endswith(SCALE_SUFFIX)
+            if scale:
+                path = path[: -len(SCALE_SUFFIX)]
+            with _blame(key):
+                apply_path(data, path, value, scale=scale, where=key)
+        name = data.get("name", run[kind])
+        try:
+            profiles[kind] = validate(cls, data, overrides_source(kind, name)).model_dump(mode="json")
+        except SimError as exc:
+            raise SettingError(exc, _override_for(kind, exc.field, overrides[kind])) from None
+    with _blame("strategy"):
+        strategy_cls = get_strategy(run["strategy"])
+    try:
+        knob_values = parse_knobs(strategy_cls, knobs, "knobs").model_dump(mode="json")
+    except SimError as exc:
+        knob = (exc.field or "").split(".")[0]
+        raise SettingError(exc, f"knobs.{knob}" if knob in knobs else "strategy") from None
+    trace: dict[str, Any]
+    if run["trace"] is not None:
+        with _blame("trace"):
+            if run["preset"] is not None:
+                raise SimError("give either trace or preset, not both", field="trace")
+            tpath = resolver.resolve_path(str(run["trace"]))
+            if not tpath.is_file():
+                raise SimError("no such trace file", source=str(tpath), field="trace")
+        trace = {"file": str(tpath.resolve()), "sha256": _file_hash(tpath)}
+    else:
+        trace = preset_ref(run["preset"] or profiles["model"]["name"])
+    run_resolved = {k: run[k] for k in run_options() if k not in _NOT_RUN}
+    with _blame("memory_budget"):
+        run_resolved["memory_budget"] = _budget(run_resolved["memory_budget"])
+    task = {
+        "version": sim.__version__,
+        "device": profiles["device"],
+        "model": profiles["model"],
+        "strategy": strategy_cls.name,
+        "knobs": knob_values,
+        "run": run_resolved,
+        "trace": trace,
+    }
+    ident = digest(task)
+    task["id"] = ident
+    task["device_hash"] = digest(profiles["device"])
+    task["model_hash"] = digest(profiles["model"])
+    return task
+
+
+def _override_for(kind: str, error_path: str | None, overrides: list[tuple[str, Any]]) -> str:
+    """The override of a profile most likely behind a validation error at ``error_path``.
+
+    Paths match step by step, ``*`` and entry names matching any index; one path may be
+    a prefix of the other (an override of a whole section, or an error on the section
+    holding the field, such as usable_bytes above total_bytes). The last match wins (it
+    was applied last); with none, the profile itself is to blame.
+    """
+    got = [s for s in (error_path or "").split(".") if s]
+    for key, _value in reversed(overrides):
+        steps = key.split(".", 1)[1].removesuffix(SCALE_SUFFIX).split(".")
+        if all(_same_step(a, b) for a, b in zip(steps, got, strict=False)):
+            return key
+    return kind
+
+
+def _same_step(written: str, reached: str) -> bool:
+    """Whether an override's path step can address the step an error reports."""
+    return written in (reached, "*") or (reached.isdigit() and not written.lstrip("-").isdigit())
+
+
+def preset_ref(name: str) -> dict[str, Any]:
+    """A synthetic-trace preset by name, with its file's hash (editing a preset changes ids)."""
+    from sim.traces.params import PRESET_DIR
+
+    path = PRESET_DIR / f"{name}.yaml"
+    return {"preset": name, "sha256": _file_hash(path) if path.is_file() else None}
+
+
+def _budget(value: Any) -> Any:
+    """``12GB`` and ``12000000000`` are one budget: sizes become bytes, percentages stay text."""
+    if value is None:
+        return None
+    spec = parse_size_or_percent(value, field="memory_budget")
+    return spec.bytes if spec.bytes is not None else f"{spec.fraction * 100:g}%"
+
+
+def version() -> str:
+    import sim
+
+    return sim.__version__
+
+
+# -- row columns ------------------------------------------------------------------------------------
+
+def cell(value: Any) -> Any:
+    """A DataFrame cell: scalars as they are, lists and mappings as compact JSON text."""
+    if isinstance(value, list | dict | tuple):
+        return json.dumps(value, separators=(",", ":"), sort_keys=True)
+    return value
+
+
+_NOT_RUN = ("device", "model", "strategy", "trace", "preset")  # resolved into the task's own fields
+
+
+def config_columns(task: dict[str, Any]) -> dict[str, Any]:
+    """The configuration of a resolved point as row columns (knobs as ``knobs.<name>``)."""
+    trace = task["trace"]
+    cols: dict[str, Any] = {
+        "device": task["device"]["name"], "model": task["model"]["name"], "strategy": task["strategy"],
+        **{k: cell(v) for k, v in task["run"].items()},
+        "trace": trace.get("preset") or trace.get("file"),
+    }
+    for name, value in task["knobs"].items():
+        cols[f"knobs.{name}"] = cell(value)
+    cols.update({"project_version": task["version"], "device_hash": task["device_hash"],
+                 "model_hash": task["model_hash"]})
+    return cols
