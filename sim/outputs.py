@@ -76,4 +76,4 @@ def json_text(data: Any, *, indent: int | None = 2) -> str:
     Shared by every command module; ``allow_nan=False``
     turns any value that slipped past :func:`finite` into an error instead of bad JSON.
     """
-    return json.dumps(finite(data), indent=indent, allow_nan=False)
+    return json.dumps(finite(data), indent=indent, allow_nan=False, default=str)  # paths, enums: their text

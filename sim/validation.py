@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import difflib
 import math
-import numbers
 from importlib import resources
 from typing import Any
 
 import pandas as pd
 
+from sim.checks import check_int
 from sim.errors import SimError
 from sim.profiles.yamlio import load_yaml_text
 
@@ -120,11 +120,7 @@ def check_ids(ids: list[str] | None, points: list[dict[str, Any]] | None = None)
 
 def check_decode_tokens(decode_tokens: int) -> int:
     """Refuse a token count no run accepts before the table starts (memory points would pass)."""
-    if isinstance(decode_tokens, numbers.Integral) and not isinstance(decode_tokens, bool):
-        decode_tokens = int(decode_tokens)
-    if isinstance(decode_tokens, bool) or not isinstance(decode_tokens, int) or decode_tokens < 1:
-        raise SimError(f"must be an integer >= 1, got {decode_tokens!r}", field="--decode-tokens")
-    return decode_tokens
+    return check_int(decode_tokens, "--decode-tokens", 1, None)
 
 
 def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error: str = "record") -> pd.DataFrame:

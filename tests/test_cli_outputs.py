@@ -18,7 +18,7 @@ from cache_helpers import toy_trace
 
 from sim import validation
 from sim.cli import main
-from sim.commands.common import finite, json_text
+from sim.outputs import finite, json_text
 
 FAST = "pi2-ts-mistral-inmem"  # a dense 7B run, about a second at two decode tokens
 NOT_MODELLED = ["pi2-dram-bandwidth", "flash-opt-window-stats"]  # kept for the record, nothing runs

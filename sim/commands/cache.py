@@ -48,7 +48,7 @@ def compare(
 ) -> None:
     """Replay a trace or request stream through cache policies at several sizes."""
     from sim.cache.compare import compare_requests, compare_trace, parse_policies
-    from sim.commands.common import check_output, json_text
+    from sim.outputs import check_output, json_text
     from sim.traces.format import Trace
 
     if (trace is None) == (requests is None):

@@ -27,7 +27,7 @@ def memory(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the DRAM breakdown for a model on a device at a budget or offload fraction."""
-    from sim.commands.common import json_text
+    from sim.outputs import json_text
     from sim.profiles.formats import check_dtype
 
     mod = load_model(model)

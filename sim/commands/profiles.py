@@ -10,8 +10,8 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from sim.commands.common import json_text
 from sim.errors import SimError
+from sim.outputs import json_text
 from sim.profiles.device import DeviceProfile
 from sim.profiles.model import ModelProfile
 from sim.profiles.registry import KINDS, bundled_names, detect_kind, load_profile_file, resolve_path

@@ -84,8 +84,8 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
-    from sim.commands.common import PLOT_SUFFIXES, check_output, json_text
     from sim.engine.simulation import simulate
+    from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
     # Outputs are checked before the run, so a finished simulation is never lost to a bad path.
     check_output(timeline, "--timeline", suffixes=(".json",))
@@ -121,23 +121,9 @@ def run(
         result.tokens.to_csv(tokens_csv, index=False)
     if json_out:
         # the run's configuration as resolved (defaults, knobs, core layout) rides along for reproducibility
-        print(json_text(_plain({**result.summary, "config": result.config})))
+        print(json_text({**result.summary, "config": result.config}))
         return
     _print_table(result.summary)
-
-
-def _plain(value: Any) -> Any:
-    """The summary as JSON types: numbers stay numbers (numpy's too), anything else its text."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return str(value)
 
 
 def _fmt(value: Any) -> str:

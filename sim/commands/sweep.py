@@ -14,8 +14,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from sim.commands.common import PLOT_SUFFIXES, check_output
 from sim.errors import SimError
+from sim.outputs import PLOT_SUFFIXES, check_output
 
 RESULT_SUFFIXES = (".parquet",)  # the store writes Parquet only (its parts, resume and compaction rely on it)
 EXIT_FAILED_POINTS = 1

@@ -10,8 +10,8 @@ from typing import Any
 
 import typer
 
-from sim.commands.common import check_output
 from sim.errors import SimError
+from sim.outputs import check_output
 
 app = typer.Typer(help="Record, inspect, fit, synthesise and compare activation traces.", no_args_is_help=True)
 
@@ -30,7 +30,7 @@ PLOT_SUFFIXES = (".png", ".pdf", ".svg")
 
 def _json(text: str) -> str:
     """Re-emit the statistics' JSON strictly: a NaN figure (e.g. an empty layer) becomes null."""
-    from sim.commands.common import json_text
+    from sim.outputs import json_text
 
     return json_text(json.loads(text))
 

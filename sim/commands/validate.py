@@ -26,7 +26,7 @@ def validate_cmd(
                                          help="Folder to write the published-vs-predicted plots (PNG) to."),
 ) -> None:
     """Run the published points (sim/data/validation/published.yaml) and report the error."""
-    from sim.commands.common import check_output, json_text
+    from sim.outputs import check_output, json_text
     from sim.validation import FAILED, NOT_MODELLED, check_decode_tokens, check_ids, validate
 
     # Everything a user can get wrong fails here, before the table (seconds to minutes) runs.

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
+from sim.checks import check_int
 from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine, Span, Usage
 from sim.engine.metrics import summarise
@@ -103,14 +104,6 @@ def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -
     return trace
 
 
-def _integer(value: Any) -> Any:
-    """numpy's integers as Python ints (a script looping over ``np.arange`` passes them);
-    anything else unchanged, for the checks to judge."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    return value
-
-
 @dataclass
 class RunSetup:
     """What a run's options resolve to before any trace is read (see :func:`check_options`)."""
@@ -123,6 +116,11 @@ class RunSetup:
     compute_cores: list[str]
     io_cores: list[str]
     offload: float | None  # as given, or 0 for the dense strategy
+    prompt_tokens: int  # the counts as Python ints (numpy integers are accepted)
+    decode_tokens: int
+    warmup_tokens: int
+    profile_tokens: int | None
+    seed: int
 
 
 def check_options(device: str | Path | DeviceProfile = "oneplus-12",
@@ -141,16 +139,13 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
     """
     from sim.profiles.formats import check_dtype
 
-    prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed = (
-        _integer(v) for v in (prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed))
     if mode not in MODES:
         raise SimError(f"must be one of {', '.join(MODES)}; got {mode!r}", field="--mode")
-    for name, value, low in (("--prompt-tokens", prompt_tokens, 1), ("--decode-tokens", decode_tokens, 1),
-                             ("--warmup-tokens", warmup_tokens, 0),
-                             ("--profile-tokens", 0 if profile_tokens is None else profile_tokens, 0),
-                             ("--seed", seed, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise SimError(f"must be an integer >= {low}, got {value!r}", field=name)
+    prompt_tokens = check_int(prompt_tokens, "--prompt-tokens", 1, None)
+    decode_tokens = check_int(decode_tokens, "--decode-tokens", 1, None)
+    warmup_tokens = check_int(warmup_tokens, "--warmup-tokens", 0, None)
+    profile_tokens = None if profile_tokens is None else check_int(profile_tokens, "--profile-tokens", 0, None)
+    seed = check_int(seed, "--seed", 0, None)
     check_dtype(weights_dtype)
     if offload is not None and (isinstance(offload, bool) or not isinstance(offload, numbers.Real)):
         raise SimError(f"must be a fraction in [0, 1], got {offload!r}", field="--offload")
@@ -194,7 +189,8 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
         for name in names:
             if name not in clusters:
                 raise SimError(f"unknown CPU cluster {name!r}; {dev.name} has {', '.join(clusters)}", field=knob)
-    return RunSetup(dev, mod, strat_cls, knob_values, plan, compute, io, offload)
+    return RunSetup(dev, mod, strat_cls, knob_values, plan, compute, io, offload, prompt_tokens, decode_tokens,
+                    warmup_tokens, profile_tokens, seed)
 
 
 def simulate(device: str | Path | DeviceProfile = "oneplus-12",
@@ -209,14 +205,14 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     wall0 = time.perf_counter()
     if timeline and mode == "analytic":
         raise SimError("the analytic cost model has no timeline; drop it or use mode 'des'", field="--timeline")
-    prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed = (
-        _integer(v) for v in (prompt_tokens, decode_tokens, warmup_tokens, profile_tokens, seed))
     setup = check_options(device, model, strategy, memory_budget=memory_budget, offload=offload,
                           weights_dtype=weights_dtype, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens,
                           warmup_tokens=warmup_tokens, profile_tokens=profile_tokens, policy=policy, seed=seed,
                           mode=mode, knobs=knobs)
     dev, mod, strat_cls, knob_values, plan = setup.device, setup.model, setup.strategy, setup.knobs, setup.plan
     offload = setup.offload
+    prompt_tokens, decode_tokens, warmup_tokens = setup.prompt_tokens, setup.decode_tokens, setup.warmup_tokens
+    profile_tokens, seed = setup.profile_tokens, setup.seed
     # Trace tokens: [0, profile) are the offline profiling run (PowerInfer ranks hot neurons on
     # a profiling dataset, not on the tokens it then serves), [profile, +warmup) warm the cache,
     # and the rest are decoded. profile_tokens=0 profiles on the decoded tokens themselves (an

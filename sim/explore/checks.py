@@ -74,19 +74,22 @@ def check_points(points: list[Point], source: str) -> None:
         checked.add(key)
 
 
-def check_task(task: dict[str, Any]) -> None:
+def check_task(task: dict[str, Any], *, capacity: bool = False) -> None:
     """Raise the SimError a run of ``task`` would raise for its options, without simulating.
 
-    The device gets room for any budget, so the check never fails for capacity (see the
-    module docstring); everything else goes through ``simulate`` as a run would.
+    By default the device gets room for any budget, so the check never fails for capacity
+    (a sweep's infeasible points are results, see the module docstring); ``capacity=True``
+    checks the budget against the real device too (the planner, whose one budget must
+    fit). Everything else goes through ``check_options`` as a run would.
     """
     from sim.engine.simulation import check_options
     from sim.profiles.device import DeviceProfile
     from sim.profiles.model import ModelProfile
 
-    device = DeviceProfile.model_validate(_roomy(task["device"]))
+    device = DeviceProfile.model_validate(task["device"] if capacity else _roomy(task["device"]))
     model = ModelProfile.model_validate(task["model"])
-    check_options(device, model, task["strategy"], knobs=task["knobs"], **_relaxed_run(task["run"]))
+    run = task["run"] if capacity else _relaxed_run(task["run"])
+    check_options(device, model, task["strategy"], knobs=task["knobs"], **run)
     _check_trace(task, model)
 
 

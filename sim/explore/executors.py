@@ -22,6 +22,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
+from sim.checks import check_int
 from sim.errors import SimError
 from sim.explore.worker import run_point
 
@@ -195,13 +196,14 @@ class DaskExecutor(Executor):
                 fut.cancel()
 
 
-def check_executor_args(workers: int, scheduler: str | None) -> None:
-    """Reject bad options before anything starts (no half-drawn progress bar, no store)."""
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise SimError(f"must be an integer >= 1, got {workers!r}", field="--workers")
+def check_executor_args(workers: int, scheduler: str | None) -> int:
+    """Reject bad options before anything starts (no half-drawn progress bar, no store);
+    returns ``workers`` as a Python int."""
+    workers = check_int(workers, "--workers", 1, None)
     if scheduler is not None and scheduler != "local" and not scheduler.startswith(SCHEMES):
         raise SimError(f"expected a scheduler address such as tcp://host:8786, got {scheduler!r}",
                        field="--scheduler")
+    return workers
 
 
 def make_executor(workers: int = 1, scheduler: str | None = None) -> Executor:

@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from sim.checks import check_int
 from sim.errors import SimError
 from sim.explore.executors import Executor, make_executor
 from sim.explore.resolve import canonical_json, config_columns, resolve_settings
@@ -169,19 +170,16 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
          passes: int = 2, seed: int = 0, preset: str | None = None, workers: int = 1,
          executor: Executor | None = None) -> PlanResult:
     """Search the PowerInfer-2 knobs for ``model`` on ``device`` at ``memory_budget``."""
-    from sim.engine.simulation import check_options
     from sim.engine.strategies.base import get_strategy
     from sim.explore.checks import check_task
     from sim.profiles.registry import load_device
 
     if objective not in OBJECTIVES:
         raise SimError(f"must be one of {', '.join(OBJECTIVES)}; got {objective!r}", field="--objective")
-    counts = {"--prune-tokens": prune_tokens, "--confirm-tokens": confirm_tokens, "--confirm": confirm,
-              "--passes": passes}
-    for name, value in counts.items():
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
-            raise SimError(f"must be an integer >= 1, got {value!r}", field=name)
-    prune_tokens, confirm_tokens, confirm, passes = (int(v) for v in counts.values())
+    prune_tokens, confirm_tokens, confirm, passes = (
+        check_int(value, name, 1, None) for name, value in (("--prune-tokens", prune_tokens),
+                                                            ("--confirm-tokens", confirm_tokens),
+                                                            ("--confirm", confirm), ("--passes", passes)))
     if min_tokens_per_s is not None and (isinstance(min_tokens_per_s, bool)
                                          or not isinstance(min_tokens_per_s, numbers.Real)
                                          or not 0 < min_tokens_per_s < math.inf):
@@ -198,8 +196,7 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
     for mode, tokens, flag in evaluations:
         task = _resolve({**base, "mode": mode, "decode_tokens": tokens}, {})
         try:
-            check_task(task)
-            check_options(task["device"], task["model"], task["strategy"], knobs=task["knobs"], **task["run"])
+            check_task(task, capacity=True)
         except SimError as exc:  # the run's decode tokens are this flag's here
             if exc.field in ("--decode-tokens", "--prompt-tokens/--decode-tokens"):
                 raise SimError(exc.detail, source=exc.source, field=flag) from None

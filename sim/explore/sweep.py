@@ -126,9 +126,7 @@ def run_sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1
     :class:`SweepInterrupted`.
     """
     t0 = time.perf_counter()
-    if isinstance(workers, numbers.Integral) and not isinstance(workers, bool):
-        workers = int(workers)
-    check_executor_args(workers, scheduler)
+    workers = check_executor_args(workers, scheduler)
     if not isinstance(out, str | Path):
         raise SimError(f"expected a results path (.parquet), got {type(out).__name__}", field="out")
     check_output(Path(out), "--out", suffixes=(".parquet",))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass, field
 
+from sim.checks import check_int
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
 from sim.profiles.formats import get_format
@@ -117,8 +118,7 @@ def plan_memory(model: ModelProfile, device: DeviceProfile, *, budget: str | int
     dtype = check_dtype(weights_dtype) or model.default_dtype
     if budget is not None and offload is not None:
         raise SimError("give either a memory budget or an offload fraction, not both", field="--offload")
-    if isinstance(context_tokens, bool) or not isinstance(context_tokens, numbers.Integral) or context_tokens < 1:
-        raise SimError(f"must be an integer >= 1, got {context_tokens!r}", field="--context-tokens")
+    context_tokens = check_int(context_tokens, "--context-tokens", 1, None)
     if offload is not None and (isinstance(offload, bool) or not isinstance(offload, numbers.Real)):
         raise SimError(f"must be a fraction in [0, 1], got {offload!r}", field="--offload")
     if isinstance(runtime_bytes, bool) or not isinstance(runtime_bytes, numbers.Real) \
