@@ -56,30 +56,10 @@ MAX_TOKEN = 2**62  # token indices: the window kernel computes ``token - window_
 # are taken as the Python numbers they are, booleans are not numbers.
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def int64_bytes(x: float) -> int:
     """``int(x)`` for a finite byte count ``x >= 0``, saturated at the int64 maximum (a budget that
     large is unbounded; ``int`` alone would overflow the kernels' int64 scalars)."""
     return int(x) if x < 2.0**63 else INT64_MAX
-
-
-
-
-
-
 
 
 def check_counts(value: Any, n_items: int, policy: str, field: str = "profile_counts") -> np.ndarray:

@@ -34,7 +34,6 @@ def _policies_in_order(df: pd.DataFrame) -> list[str]:
     return [p for p in _CACHE_ORDER if p in present] + [p for p in present if p not in _CACHE_ORDER]
 
 
-
 def _maybe_log_x(ax: Axes, values: np.ndarray) -> None:
     values = values[values > 0]
     if values.size > 1 and values.max() / values.min() >= 50:
