@@ -12,6 +12,7 @@ import sys
 
 import typer
 
+from sim import kernel_cache
 from sim.errors import SimError
 
 app = typer.Typer(
@@ -72,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             return int(exc.exit_code) or 2
         if type(exc).__name__ in ("Abort", "Exit"):
             return int(getattr(exc, "exit_code", 1) or 0)
+        repaired = kernel_cache.repair(exc)  # a corrupt numba cache file: removed, so a rerun works
+        if repaired:
+            print(f"error: {repaired}", file=sys.stderr)
+            return 2
         raise
     return 0
 
