@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -18,17 +17,38 @@ def register(app: typer.Typer) -> None:
 
 
 def _parse_sets(values: list[str]) -> dict[str, Any]:
-    """``--set key=value`` pairs; values are parsed as YAML scalars or lists."""
-    knobs: dict[str, Any] = {}
+    """``--set key=value`` pairs, in order; values are parsed as YAML (scalars, lists, mappings)."""
+    from sim.profiles.yamlio import load_yaml_value
+
+    sets: dict[str, Any] = {}
     for item in values:
         if "=" not in item:
             raise SimError(f"expected key=value, got {item!r}", field="--set")
         key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise SimError(f"expected key=value, got {item!r}", field="--set")
         try:
-            knobs[key.strip()] = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            raise SimError(f"cannot parse value {raw!r}", field=f"--set {key}") from None
-    return knobs
+            sets[key] = load_yaml_value(raw, f"--set {key}") if raw.strip() else None
+        except SimError as exc:
+            raise SimError(f"cannot parse value {raw!r} ({exc.detail})", field=f"--set {key}") from None
+    return sets
+
+
+def _with_overrides(kind: str, ref: str, sets: dict[str, Any]) -> Any:
+    """``ref`` itself, or the profile with the ``--set device.<path>=value`` (``model.``) overrides
+    applied and validated: the sweep's profile axes, for one run."""
+    from sim.explore.resolve import Resolver, SettingError, profile_with_overrides
+
+    overrides = [(key, value) for key, value in sets.items() if key.startswith(f"{kind}.")]
+    if not overrides:
+        return ref
+    try:
+        return profile_with_overrides(kind, ref, overrides, Resolver(Path.cwd(), "--set"), " with --set overrides")
+    except SettingError as exc:
+        if exc.key == kind:  # the profile itself, before any override
+            raise SimError(exc.detail, source=exc.source, field=exc.field or f"--{kind}") from None
+        raise SimError(exc.detail, field=f"--set {exc.key}") from None
 
 
 def _plan_knobs(path: Path, strategy: str, run: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -77,7 +97,11 @@ def run(
     seed: int = typer.Option(0, "--seed", help="Random seed."),
     mode: str = typer.Option("des", "--mode", help="des (discrete-event) or analytic (cost model)."),
     plan: Path | None = typer.Option(None, "--plan", help="YAML of strategy knobs (e.g. from `sim plan`)."),
-    sets: list[str] = typer.Option([], "--set", help="Strategy knob, key=value (repeatable)."),
+    sets: list[str] = typer.Option(
+        [], "--set",
+        help="key=value (repeatable): a strategy knob (cluster_neurons=256), or a profile field by its path, "
+             "device.<path> or model.<path>, as in a sweep (device.cpu.clusters.big.cores=3, "
+             "device.storage.rand_read.*.gbps:scale=2)."),
     timeline: Path | None = typer.Option(None, "--timeline", help="Write Chrome/Perfetto trace JSON."),
     gantt: Path | None = typer.Option(None, "--gantt", help="Draw a Gantt chart PNG of the first tokens."),
     tokens_csv: Path | None = typer.Option(None, "--tokens-csv", help="Write per-token rows as CSV."),
@@ -102,8 +126,11 @@ def run(
         plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {"device": device, "model": model,
                                                                  "memory_budget": budget})
         knobs.update(plan_knobs)
-    knobs.update(_parse_sets(sets))
-    result = simulate(device, model, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
+    settings = _parse_sets(sets)
+    overrides = {key: value for key, value in settings.items() if key.startswith(("device.", "model."))}
+    knobs.update({key: value for key, value in settings.items() if key not in overrides})
+    device_ref, model_ref = _with_overrides("device", device, overrides), _with_overrides("model", model, overrides)
+    result = simulate(device_ref, model_ref, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
                       offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
                       decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
                       policy=policy, seed=seed,
@@ -121,9 +148,9 @@ def run(
         result.tokens.to_csv(tokens_csv, index=False)
     if json_out:
         # the run's configuration as resolved (defaults, knobs, core layout) rides along for reproducibility
-        print(json_text({**result.summary, "config": result.config}))
+        print(json_text({**result.summary, "config": {**result.config, "overrides": overrides}}))
         return
-    _print_table(result.summary)
+    _print_table(result.summary, overrides)
 
 
 def _fmt(value: Any) -> str:
@@ -134,8 +161,10 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _print_table(s: dict[str, Any]) -> None:
+def _print_table(s: dict[str, Any], overrides: dict[str, Any]) -> None:
     console = Console()
+    for key, value in overrides.items():  # a what-if says so before its figures
+        console.print(f"with --set {key}={value}", highlight=False)
     head = Table(title=f"{s['model']} on {s['device']} ({s['strategy']}, {s['mode']})", show_header=False)
     for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
                 "latency_ms_p99", "cache_hit_ratio", "cache_miss_ratio_mean", "cache_miss_ratio_p99",

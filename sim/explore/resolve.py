@@ -139,20 +139,43 @@ def _blame(key: str) -> Iterator[None]:
         raise SettingError(exc, key) from None
 
 
-def overrides_source(kind: str, name: str) -> str:
-    """The ``source`` of an error in a profile after a point's overrides (not a file of its own)."""
-    return f"{kind} {name}{OVERRIDES_SUFFIX}"
-
-
 OVERRIDES_SUFFIX = " with the point's overrides"
+
+
+def profile_with_overrides(kind: str, ref: Any, overrides: list[tuple[str, Any]], resolver: Resolver,
+                           suffix: str = OVERRIDES_SUFFIX) -> BaseModel:
+    """Profile ``kind`` (a name, a YAML path or an object) with ``overrides`` applied in order.
+
+    Each override is ``(key, value)`` with ``key`` ``device.<field path>`` (or ``model.``),
+    ending in ``:scale`` to multiply the field(s) instead of setting them. The result is
+    validated as a file would be, so an override cannot produce a profile a file could
+    not; a SettingError names the override (or ``kind``, for the profile itself) to blame.
+    One mechanism for a sweep's axes and ``sim run --set``.
+    """
+    from sim.profiles.device import DeviceProfile
+    from sim.profiles.model import ModelProfile
+
+    cls = DeviceProfile if kind == "device" else ModelProfile
+    with _blame(kind):
+        data = resolver.profile_data(kind, ref)
+    for key, value in overrides:
+        path = key.split(".", 1)[1]
+        scale = path.endswith(SCALE_SUFFIX)
+        if scale:
+            path = path[: -len(SCALE_SUFFIX)]
+        with _blame(key):
+            apply_path(data, path, value, scale=scale, where=key)
+    name = data.get("name", ref)
+    try:
+        return validate(cls, data, f"{kind} {name}{suffix}")
+    except SimError as exc:
+        raise SettingError(exc, _override_for(kind, exc.field, overrides)) from None
 
 
 def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None) -> dict[str, Any]:
     """The complete configuration of one point (raises SettingError when it is not runnable)."""
     import sim
     from sim.engine.strategies.base import get_strategy, parse_knobs
-    from sim.profiles.device import DeviceProfile
-    from sim.profiles.model import ModelProfile
 
     resolver = resolver or Resolver(Path.cwd(), "spec")
     run = dict(run_defaults())
@@ -169,22 +192,8 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
             knobs[key.split(".", 1)[1]] = value
         else:
             overrides[kind].append((key, value))
-    profiles: dict[str, Any] = {}
-    for kind, cls in (("device", DeviceProfile), ("model", ModelProfile)):
-        with _blame(kind):
-            data = resolver.profile_data(kind, run[kind])
-        for key, value in overrides[kind]:
-            path = key.split(".", 1)[1]
-            scale = path.endswith(SCALE_SUFFIX)
-            if scale:
-                path = path[: -len(SCALE_SUFFIX)]
-            with _blame(key):
-                apply_path(data, path, value, scale=scale, where=key)
-        name = data.get("name", run[kind])
-        try:
-            profiles[kind] = validate(cls, data, overrides_source(kind, name)).model_dump(mode="json")
-        except SimError as exc:
-            raise SettingError(exc, _override_for(kind, exc.field, overrides[kind])) from None
+    profiles = {kind: profile_with_overrides(kind, run[kind], overrides[kind], resolver).model_dump(mode="json")
+                for kind in PROFILE_KINDS}
     with _blame("strategy"):
         strategy_cls = get_strategy(run["strategy"])
     try:

@@ -91,14 +91,24 @@ def load_yaml_text(text: str, source: str) -> dict[str, Any]:
     """Parse one YAML document that must be a non-empty mapping."""
     if not text.strip():
         raise SimError("file is empty; expected a YAML mapping", source=source)
+    data = load_yaml_value(text, source, expected="a mapping")
+    if not isinstance(data, dict):
+        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
+        raise SimError(f"top level is {kind}; expected a mapping of fields", source=source)
+    return data
+
+
+def load_yaml_value(text: str, source: str, expected: str = "a value") -> Any:
+    """Parse one YAML document of any shape (a command-line value such as ``1e-4`` or
+    ``[big, mid]``) with the same strict rules as a profile file."""
     loader = _StrictLoader(text, source)
     try:
         if not loader.check_node():
-            raise SimError("file holds no YAML document; expected a mapping", source=source)
+            raise SimError(f"holds no YAML document; expected {expected}", source=source)
         node = loader.get_node()
         if loader.check_node():
-            raise SimError("file holds more than one YAML document; expected exactly one", source=source)
-        data = loader.construct_document(node)
+            raise SimError("holds more than one YAML document; expected exactly one", source=source)
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -109,10 +119,6 @@ def load_yaml_text(text: str, source: str) -> dict[str, Any]:
         raise SimError("YAML nesting too deep", source=source) from None
     finally:
         loader.dispose()
-    if not isinstance(data, dict):
-        kind = "a list" if isinstance(data, list) else f"a {type(data).__name__}"
-        raise SimError(f"top level is {kind}; expected a mapping of fields", source=source)
-    return data
 
 
 def load_yaml_file(path: Path) -> dict[str, Any]:

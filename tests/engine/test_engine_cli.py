@@ -130,6 +130,9 @@ BAD = {
     "unknown knob": {"--set": "no_such_knob=1"},
     "knob out of range": {"--set": "cluster_neurons=-3"},
     "knob without value": {"--set": "cluster_neurons"},
+    "unknown profile field": {"--set": "device.storage.nope=1"},
+    "profile field out of range": {"--set": "device.cpu.clusters.big.cores=0"},
+    "profile field of the wrong type": {"--set": "model.n_layers=x"},
     "trace of another model": {"--trace": "OTHER"},
     "unknown mode": {"--mode": "fast"},
     "unknown policy": {"--policy": "nope"},
@@ -149,6 +152,9 @@ BAD = {
 
 # (the option the message must name, text it must contain) per case, where it is specific
 NAMED = {
+    "unknown profile field": ("--set device.storage.nope", "no field 'nope' at storage"),
+    "profile field out of range": ("--set device.cpu.clusters.big.cores", ">= 1"),
+    "profile field of the wrong type": ("--set model.n_layers", "integer"),
     "context beyond max_context": ("--prompt-tokens/--decode-tokens", "max_context 512"),
     "offline policy in a timed run": ("--policy", "belady"),
     "profile policy without a profile": ("--policy", "static-hot"),
@@ -188,6 +194,30 @@ def test_outputs_are_checked_before_the_run(files, tmp_path, capsys, monkeypatch
     monkeypatch.setattr(simulation, "simulate", must_not_run)
     assert main([*argv(files), "--gantt", "/proc/no/g.png", "--json"]) == 2
     assert "--gantt: cannot write" in capsys.readouterr().err
+
+
+def test_set_on_a_profile_field_is_the_edited_profile_file(files, tmp_path, capsys):
+    """`--set device.<path>=value` runs exactly what a device file with that edit runs."""
+    from sim.profiles.registry import load_device
+
+    edited = load_device("oneplus-12").model_dump(mode="json")
+    for point in edited["storage"]["rand_read"]:
+        point["gbps"] *= 0.25
+    edited["cpu"]["clusters"][0]["cores"] = 2
+    device_file = h.write_yaml(tmp_path / "slow-flash.yaml", edited)
+    sets = ["--set", "device.storage.rand_read.*.gbps:scale=0.25", "--set", "device.cpu.clusters.big.cores=2"]
+    assert main([*argv(files), *sets, "--json"]) == 0
+    with_sets = json.loads(capsys.readouterr().out)
+    assert main([*argv(files, **{"--device": str(device_file)}), "--json"]) == 0
+    from_file = json.loads(capsys.readouterr().out)
+    assert main([*argv(files), "--json"]) == 0
+    unchanged = json.loads(capsys.readouterr().out)
+    for key in CONTRACT_KEYS:
+        assert with_sets[key] == from_file[key], key
+    assert with_sets["decode_tokens_per_s"] < unchanged["decode_tokens_per_s"]  # a quarter of the flash throughput
+    assert with_sets["config"]["overrides"] == {"device.storage.rand_read.*.gbps:scale": 0.25,
+                                                "device.cpu.clusters.big.cores": 2}
+    assert unchanged["config"]["overrides"] == {}
 
 
 def _plan(path: Path, **fields) -> str:
