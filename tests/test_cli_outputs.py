@@ -226,6 +226,19 @@ def test_memory_context_at_max_context_is_planned_as_strict_json(capsys):
     assert plan["context_tokens"] == 32768
 
 
+def test_memory_set_edits_a_profile_field_and_refuses_knobs(capsys):
+    assert main(["memory", "--json"]) == 0
+    before = _strict_json(capsys.readouterr().out)
+    sets = ["--set", "model.predictor.rank=512", "--set", "device.dram.usable_bytes=12GB"]
+    assert main(["memory", "--json", *sets]) == 0
+    after = _strict_json(capsys.readouterr().out)
+    assert after["overrides"] == {"model.predictor.rank": 512, "device.dram.usable_bytes": "12GB"}
+    assert after["budget_bytes"] == 12_000_000_000 and before["budget_bytes"] > after["budget_bytes"]
+    assert after["resident"]["predictors"] > before["resident"]["predictors"]
+    assert main(["memory", "--set", "cluster_neurons=64"]) == 2
+    assert _one_line_error(capsys).startswith("error: --set cluster_neurons: this command takes profile fields only")
+
+
 # 7. not-modelled rows are not "failed"
 
 

@@ -6,6 +6,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sim.commands.settings import parse_sets, profile_sets, with_overrides
 from sim.errors import SimError
 from sim.profiles.memory import DEFAULT_CONTEXT_TOKENS, plan_memory
 from sim.profiles.registry import load_device, load_model
@@ -24,21 +25,26 @@ def memory(
     offload: float | None = typer.Option(None, "--offload", help="Fraction of FFN weights kept only on flash."),
     weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="fp32, fp16, int8 or int4."),
     context_tokens: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context-tokens", help="KV-cache length."),
+    sets: list[str] = typer.Option(
+        [], "--set", help="Profile field by its path, device.<path>=value or model.<path>=value (repeatable), "
+                          "as in sim run (model.predictor.rank=512, device.dram.usable_bytes=12GB)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the DRAM breakdown for a model on a device at a budget or offload fraction."""
     from sim.outputs import json_text
     from sim.profiles.formats import check_dtype
 
-    mod = load_model(model)
+    overrides = profile_sets(parse_sets(sets))
+    mod = load_model(with_overrides("model", model, overrides))
     # A KV cache longer than the model can attend is a plan for a run that cannot happen.
     if context_tokens > mod.max_context:
         raise SimError(f"must be at most the model's max_context {mod.max_context}, got {context_tokens}",
                        field="--context-tokens")
-    plan = plan_memory(mod, load_device(device), budget=memory_budget, offload=offload,
+    dev = load_device(with_overrides("device", device, overrides))
+    plan = plan_memory(mod, dev, budget=memory_budget, offload=offload,
                        weights_dtype=check_dtype(weights_dtype), context_tokens=context_tokens)
     if json_out:
-        print(json_text(plan.to_dict()))
+        print(json_text({**plan.to_dict(), "overrides": overrides}))
         return
     title = f"{plan.model} on {plan.device}, {plan.weights_dtype}, budget {format_bytes(plan.budget_bytes)}"
     table = Table("component", "bytes", "GB", "share of budget", title=title)
@@ -46,6 +52,8 @@ def memory(
         table.add_row(str(row["component"]), f"{row['bytes']:,}", f"{row['bytes'] / 1e9:.3f}",
                       f"{row['share_of_budget']:.1%}")
     console = Console()
+    for key, value in overrides.items():
+        console.print(f"with --set {key}={value}", highlight=False)
     console.print(table)
     console.print(f"neuron cache holds {plan.ffn_resident_fraction:.2%} of the FFN weights "
                   f"({format_bytes(plan.ffn_bytes)}); {plan.cache_neurons:,} neurons of "

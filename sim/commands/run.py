@@ -9,46 +9,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sim.commands.settings import PROFILE_PREFIXES, parse_sets, with_overrides
 from sim.errors import SimError
 
 
 def register(app: typer.Typer) -> None:
     app.command("run")(run)
-
-
-def _parse_sets(values: list[str]) -> dict[str, Any]:
-    """``--set key=value`` pairs, in order; values are parsed as YAML (scalars, lists, mappings)."""
-    from sim.profiles.yamlio import load_yaml_value
-
-    sets: dict[str, Any] = {}
-    for item in values:
-        if "=" not in item:
-            raise SimError(f"expected key=value, got {item!r}", field="--set")
-        key, raw = item.split("=", 1)
-        key = key.strip()
-        if not key:
-            raise SimError(f"expected key=value, got {item!r}", field="--set")
-        try:
-            sets[key] = load_yaml_value(raw, f"--set {key}") if raw.strip() else None
-        except SimError as exc:
-            raise SimError(f"cannot parse value {raw!r} ({exc.detail})", field=f"--set {key}") from None
-    return sets
-
-
-def _with_overrides(kind: str, ref: str, sets: dict[str, Any]) -> Any:
-    """``ref`` itself, or the profile with the ``--set device.<path>=value`` (``model.``) overrides
-    applied and validated: the sweep's profile axes, for one run."""
-    from sim.explore.resolve import Resolver, SettingError, profile_with_overrides
-
-    overrides = [(key, value) for key, value in sets.items() if key.startswith(f"{kind}.")]
-    if not overrides:
-        return ref
-    try:
-        return profile_with_overrides(kind, ref, overrides, Resolver(Path.cwd(), "--set"), " with --set overrides")
-    except SettingError as exc:
-        if exc.key == kind:  # the profile itself, before any override
-            raise SimError(exc.detail, source=exc.source, field=exc.field or f"--{kind}") from None
-        raise SimError(exc.detail, field=f"--set {exc.key}") from None
 
 
 def _plan_knobs(path: Path, strategy: str, run: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -126,10 +92,10 @@ def run(
         plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {"device": device, "model": model,
                                                                  "memory_budget": budget})
         knobs.update(plan_knobs)
-    settings = _parse_sets(sets)
-    overrides = {key: value for key, value in settings.items() if key.startswith(("device.", "model."))}
+    settings = parse_sets(sets)
+    overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
     knobs.update({key: value for key, value in settings.items() if key not in overrides})
-    device_ref, model_ref = _with_overrides("device", device, overrides), _with_overrides("model", model, overrides)
+    device_ref, model_ref = with_overrides("device", device, overrides), with_overrides("model", model, overrides)
     result = simulate(device_ref, model_ref, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
                       offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
                       decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
