@@ -24,7 +24,7 @@ def parse_sets(values: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise SimError(f"expected key=value, got {item!r}", field="--set")
         key, raw = item.split("=", 1)
-        key = key.strip()
+        key = key.strip().removeprefix("knobs.")  # a sweep spec's spelling of a knob works here too
         if not key:
             raise SimError(f"expected key=value, got {item!r}", field="--set")
         try:

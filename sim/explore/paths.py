@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from sim.checks import shown
 from sim.errors import SimError
 
 # The source of a SimError for a path that names no field: a spec error, not a failed point.
@@ -25,9 +26,9 @@ def apply_path(data: dict[str, Any], path: str, value: Any, *, scale: bool = Fal
         if scale:
             current = parent[key]
             if isinstance(current, bool) or not isinstance(current, int | float):
-                raise SimError(f"cannot scale a non-numeric field (value {current!r})", field=where)
+                raise SimError(f"cannot scale a non-numeric field (value {shown(current)})", field=where)
             if isinstance(value, bool) or not isinstance(value, int | float):
-                raise SimError(f"a :scale value must be a number, got {value!r}", field=where)
+                raise SimError(f"a :scale value must be a number, got {shown(value)}", field=where)
             parent[key] = int(round(current * value)) if isinstance(current, int) else float(current * value)
         else:
             parent[key] = copy.deepcopy(value)

@@ -152,6 +152,7 @@ BAD = {
 
 # (the option the message must name, text it must contain) per case, where it is specific
 NAMED = {
+    "unknown knob": ("--set", "unknown knob 'no_such_knob' of the powerinfer2 strategy; its knobs: compute_cores"),
     "unknown profile field": ("--set device.storage.nope", "no field 'nope' at storage"),
     "profile field out of range": ("--set device.cpu.clusters.big.cores", ">= 1"),
     "profile field of the wrong type": ("--set model.n_layers", "integer"),
@@ -218,6 +219,15 @@ def test_set_on_a_profile_field_is_the_edited_profile_file(files, tmp_path, caps
     assert with_sets["config"]["overrides"] == {"device.storage.rand_read.*.gbps:scale": 0.25,
                                                 "device.cpu.clusters.big.cores": 2}
     assert unchanged["config"]["overrides"] == {}
+
+
+def test_a_knob_may_be_spelled_as_in_a_sweep_spec(files, capsys):
+    assert main([*argv(files), "--set", "knobs.cluster_neurons=64", "--json"]) == 0
+    spelled = json.loads(capsys.readouterr().out)
+    assert main([*argv(files), "--set", "cluster_neurons=64", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert spelled["config"]["knobs"]["cluster_neurons"] == 64
+    assert spelled["decode_tokens_per_s"] == plain["decode_tokens_per_s"]
 
 
 def _plan(path: Path, **fields) -> str:

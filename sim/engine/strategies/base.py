@@ -131,6 +131,11 @@ def get_strategy(name: str) -> type[Strategy]:
 def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--set") -> Knobs:
     from sim.profiles.validation import validate
 
+    known = cls.knobs_model.model_fields
+    for key in values:
+        if key not in known:  # name the strategy's knobs: the schema command lists profiles, not knobs
+            raise SimError(f"unknown knob {key!r} of the {cls.name} strategy; its knobs: {', '.join(known)}",
+                           source=source, field=str(key))
     return validate(cls.knobs_model, values, source)
 
 
