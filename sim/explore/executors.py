@@ -87,6 +87,12 @@ class PoolExecutor(Executor):
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
 
+    def _drop_pool(self) -> None:
+        """Let a broken pool go (its workers are gone or going); the next round starts a fresh one."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
     def run(self, tasks: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         pending = list(tasks)[::-1]  # pop() from the end keeps submission in task order
         strikes: dict[str, int] = {}
@@ -105,9 +111,20 @@ class PoolExecutor(Executor):
                     if suspect(pending[-1]) and running:
                         break
                     task = pending.pop()
-                    running[self._pool.submit(run_point, task)] = task
+                    try:
+                        running[self._pool.submit(run_point, task)] = task
+                    except BrokenProcessPool:
+                        # A worker died while idle (the OOM killer does not wait for a task to
+                        # start): the pool refuses new tasks. This one never ran, so it goes
+                        # back without a strike; the points in flight come back broken below.
+                        pending.append(task)
+                        if not running:
+                            self._drop_pool()
+                        break
                     if suspect(task):
                         break
+                if not running:
+                    continue
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 if not any(isinstance(f.exception(), BrokenProcessPool) for f in done):
                     for fut in done:
@@ -124,8 +141,7 @@ class PoolExecutor(Executor):
                         yield _died(task)
                     else:
                         pending.append(task)
-                self._pool.shutdown(wait=False, cancel_futures=True)
-                self._pool = None
+                self._drop_pool()
         finally:
             for fut in running:
                 fut.cancel()

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -94,10 +95,26 @@ def test_a_worker_killed_mid_sweep_is_replaced_and_its_points_rerun(tmp_path):
         if not killed:
             killed.append(int(row["worker"].rsplit(":", 1)[1]))
             os.kill(killed[0], signal.SIGKILL)
+            _wait_until_dead(killed[0])  # else the other worker may finish every point before the pool notices
 
     report = run_sweep(spec, tmp_path / "r.parquet", workers=2, progress=False, on_row=kill_once)
     assert killed and report.results["worker"].nunique() > 2  # a fresh pool took over
     pd.testing.assert_frame_equal(comparable(report.results), comparable(reference))
+
+
+def _wait_until_dead(pid: int, timeout_s: float = 30.0) -> None:
+    """Until ``pid`` has exited (a zombie counts: its parent has not reaped it yet)."""
+    status = Path(f"/proc/{pid}/status")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            state = next(line for line in status.read_text().splitlines() if line.startswith("State:"))
+        except (OSError, StopIteration):
+            return
+        if "Z" in state.split()[1]:
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} still runs {timeout_s} s after SIGKILL")
 
 
 def _sweep_process(spec, out, workers: int) -> subprocess.Popen:
