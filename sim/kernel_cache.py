@@ -10,7 +10,8 @@ on every run that needs the kernel stops in numba's loader, whatever the input.
 numba itself treats a data file that has vanished as a cache miss and recompiles, so
 deleting the unreadable file is the whole repair: :func:`repair` finds it in the
 exception's traceback and removes it, and the CLI says so in one line instead of a
-traceback.
+traceback (a sweep records the point as failed with that line, and its next points
+recompile the kernel).
 """
 
 from __future__ import annotations

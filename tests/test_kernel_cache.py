@@ -73,3 +73,13 @@ def test_other_errors_are_not_explained_as_cache_trouble():
         raise ValueError("a bug elsewhere")
     except ValueError as exc:
         assert kernel_cache.unreadable_cache_file(exc) is None and kernel_cache.repair(exc) is None
+
+
+def test_a_sweep_point_records_the_repair_as_its_error(corrupt_kernel):
+    from sim.explore.worker import error_text
+
+    source, data = corrupt_kernel
+    with pytest.raises(Exception) as info:
+        _load(source, "tiny_kernel_b").twice(3)
+    assert error_text(info.value).startswith(f"{data}: numba's cached compiled kernel is unreadable")
+    assert not data.exists()

@@ -18,6 +18,7 @@ import socket
 import time
 from typing import Any
 
+from sim import kernel_cache
 from sim.errors import SimError
 
 # Summary keys that repeat the configuration columns (kept once, from the configuration).
@@ -58,6 +59,9 @@ def error_text(exc: BaseException) -> str:
     """One line: a SimError's own message, else the exception type and message."""
     if isinstance(exc, SimError):
         return str(exc)
+    repaired = kernel_cache.repair(exc)  # the next point recompiles; --retry-failed reruns this one
+    if repaired:
+        return repaired
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
