@@ -9,6 +9,10 @@ The model is physical and uses only the device profile:
   ``io_4k_gbps / 4 KiB`` requests per second [PI2 §2.3: big 1076, mid 1008, little 762 MB/s];
 - a batch of ``n`` requests costs one request latency (filling the queue) plus its bytes
   at the resulting throughput, so small batches cannot hide latency;
+- a command queue holds at most ``queue_depth`` requests, each in flight for a latency
+  plus its transfer, so by Little's law a queue moves at most ``queue_depth x size /
+  (latency + size / rate)``: at queue depth 1 a 4 KiB random read is latency-bound (tens
+  of MB/s), at the bundled profiles' depth of 32 the measured curves are the limit;
 - UFS has one command queue: several issuing cores contend and lose up to
   ``multi_issuer_penalty`` of the throughput [PI2 §2.3].
 """
@@ -56,9 +60,17 @@ class FlashModel:
         """Throughput the issuing core's driver work allows (requests/s times size)."""
         return core.io_4k_gbps * 1e9 / 4096 * block_bytes / 1e9
 
+    def queue_gbps(self, block_bytes: int, device_gbps: float, queues: int = 1) -> float:
+        """What ``queues`` command queues of ``queue_depth`` entries allow (Little's law): each
+        request stays in flight for a latency plus its transfer at the device's rate."""
+        in_flight = self.queue_depth * min(queues, self.device.storage.command_queues)
+        return in_flight * block_bytes / (self.latency_s + block_bytes / (device_gbps * 1e9)) / 1e9
+
     def throughput_gbps(self, block_bytes: int, core: CpuCluster, *, sequential: bool = False,
                         span_bytes: int | None = None, n_issuers: int = 1) -> float:
-        gbps = min(self.device_gbps(block_bytes, sequential, span_bytes), self.issuer_gbps(block_bytes, core))
+        device = self.device_gbps(block_bytes, sequential, span_bytes)
+        # one issuing thread submits to one command queue
+        gbps = min(device, self.issuer_gbps(block_bytes, core), self.queue_gbps(block_bytes, device))
         if n_issuers > 1:
             penalty = self.device.storage.multi_issuer_penalty
             gbps *= 1.0 - penalty * (1.0 - 1.0 / n_issuers)
@@ -99,7 +111,8 @@ class FlashModel:
         device = self.device_gbps(block_bytes, sequential, span_bytes)
         used = _cores_used(threads)
         issuing = sum(n for _, n in used)
-        gbps = min(device, sum(n * self.issuer_gbps(block_bytes, core) for core, n in used))
+        gbps = min(device, sum(n * self.issuer_gbps(block_bytes, core) for core, n in used),
+                   self.queue_gbps(block_bytes, device, queues=issuing))  # a queue per issuing core at most
         if blocking:
             per_thread = block_bytes / (self.latency_s + block_bytes / (device * 1e9)) / 1e9
             gbps = min(gbps, len(threads) * per_thread)

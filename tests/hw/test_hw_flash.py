@@ -120,3 +120,24 @@ def test_multi_issuer_penalty_approaches_its_bound():
     alone = f.throughput_gbps(65536, BIG)
     assert f.throughput_gbps(65536, BIG, n_issuers=10_000) == pytest.approx(alone * (1 - ST.multi_issuer_penalty),
                                                                              rel=1e-3)
+
+
+@settings(max_examples=40, deadline=None)
+@given(block=BLOCKS, depth=st.integers(1, 1024), sequential=st.booleans())
+def test_a_shallow_queue_caps_throughput_by_littles_law(block, depth, sequential):
+    """At most ``queue_depth`` reads are in flight, each for a latency plus its transfer."""
+    f = FlashModel(DEVICE.model_copy(update={"storage": ST.model_copy(update={"queue_depth": depth})}))
+    device = f.device_gbps(block, sequential)
+    little = depth * block / (f.latency_s + block / (device * 1e9)) / 1e9
+    got = f.throughput_gbps(block, BIG, sequential=sequential)
+    assert got == pytest.approx(min(device, f.issuer_gbps(block, BIG), little), rel=1e-12)
+    assert got <= little * (1 + 1e-12)
+
+
+def test_queue_depth_one_makes_a_small_random_read_latency_bound_and_32_does_not():
+    shallow = FlashModel(DEVICE.model_copy(update={"storage": ST.model_copy(update={"queue_depth": 1})}))
+    qd1 = shallow.throughput_gbps(4096, BIG)
+    assert qd1 == pytest.approx(4096 / (ST.read_latency_us * 1e-6 + 4096 / (flash().device_gbps(4096) * 1e9)) / 1e9)
+    assert qd1 < 0.1 * flash().throughput_gbps(4096, BIG)  # tens of MB/s against the curve's ~1 GB/s
+    assert ST.queue_depth == 32 and flash().throughput_gbps(4096, BIG) == pytest.approx(
+        min(flash().device_gbps(4096), flash().issuer_gbps(4096, BIG)))  # the bundled depth never binds
