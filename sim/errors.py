@@ -13,6 +13,8 @@ class SimError(Exception):
     """A user error with a one-line, actionable message."""
 
     def __init__(self, message: str, *, source: str | None = None, field: str | None = None):
+        source = " ".join(str(source).split()) if source else source  # one line, whatever a path or key holds
+        field = " ".join(str(field).split()) if field else field
         parts = [p for p in (source, field) if p]
         text = " ".join(str(message).split())  # force one line
         self.source = source

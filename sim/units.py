@@ -36,8 +36,8 @@ def parse_bytes(text: str | int | float, *, source: str | None = None, field: st
         raise SimError(f"unknown unit {match.group(2)!r} in {text!r}: expected {ALLOWED}", source=source,
                        field=field)
     result = value * _UNITS[unit]
-    if not result > 0 or result != result or result == float("inf"):
-        raise SimError(f"must be > 0 bytes, got {text!r}", source=source, field=field)
+    if not result >= 0.5 or result != result or result == float("inf"):  # rounds to at least 1 byte
+        raise SimError(f"must be at least 1 byte, got {text!r}", source=source, field=field)
     return int(round(result))
 
 

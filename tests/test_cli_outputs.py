@@ -239,6 +239,17 @@ def test_memory_set_edits_a_profile_field_and_refuses_knobs(capsys):
     assert _one_line_error(capsys).startswith("error: --set cluster_neurons: this command takes profile fields only")
 
 
+def test_a_renamed_model_keeps_its_own_activations(capsys):
+    """--set model.name relabels; it must not pick the trace preset of whatever the new name is."""
+    assert main(["run", "--decode-tokens", "4", "--json"]) == 0
+    base = _strict_json(capsys.readouterr().out)
+    assert main(["run", "--decode-tokens", "4", "--json", "--set", "model.name=my-mixtral"]) == 0
+    renamed = _strict_json(capsys.readouterr().out)
+    assert renamed["model"] == "my-mixtral" and renamed["config"]["preset"] == "turbosparse-mixtral-47b"
+    assert renamed["decode_tokens_per_s"] == base["decode_tokens_per_s"]
+    assert renamed["config"]["base_profiles"] == {"device": "oneplus-12", "model": "turbosparse-mixtral-47b"}
+
+
 # 7. not-modelled rows are not "failed"
 
 

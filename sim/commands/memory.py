@@ -26,15 +26,17 @@ def memory(
     weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="fp32, fp16, int8 or int4."),
     context_tokens: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context-tokens", help="KV-cache length."),
     sets: list[str] = typer.Option(
-        [], "--set", help="Profile field by its path, device.<path>=value or model.<path>=value (repeatable), "
-                          "as in sim run (model.predictor.rank=512, device.dram.usable_bytes=12GB)."),
+        [], "--set", metavar="KEY=VALUE",
+        help="Repeatable; VALUE is YAML, each KEY once. A profile field by its path as in sim run: device.<path> "
+             "or model.<path> (model.predictor.rank=512, device.dram.usable_bytes=12GB)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the DRAM breakdown for a model on a device at a budget or offload fraction."""
     from sim.outputs import json_text
     from sim.profiles.formats import check_dtype
 
-    overrides = profile_sets(parse_sets(sets))
+    overrides, typed = parse_sets(sets)
+    profile_sets(overrides)
     mod = load_model(with_overrides("model", model, overrides))
     # A KV cache longer than the model can attend is a plan for a run that cannot happen.
     if context_tokens > mod.max_context:
@@ -52,8 +54,8 @@ def memory(
         table.add_row(str(row["component"]), f"{row['bytes']:,}", f"{row['bytes'] / 1e9:.3f}",
                       f"{row['share_of_budget']:.1%}")
     console = Console()
-    for key, value in overrides.items():
-        console.print(f"with --set {key}={value}", highlight=False)
+    for key in overrides:
+        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False)
     console.print(table)
     console.print(f"neuron cache holds {plan.ffn_resident_fraction:.2%} of the FFN weights "
                   f"({format_bytes(plan.ffn_bytes)}); {plan.cache_neurons:,} neurons of "

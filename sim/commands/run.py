@@ -64,10 +64,11 @@ def run(
     mode: str = typer.Option("des", "--mode", help="des (discrete-event) or analytic (cost model)."),
     plan: Path | None = typer.Option(None, "--plan", help="YAML of strategy knobs (e.g. from `sim plan`)."),
     sets: list[str] = typer.Option(
-        [], "--set",
-        help="key=value (repeatable): a strategy knob (cluster_neurons=256), or a profile field by its path, "
-             "device.<path> or model.<path>, as in a sweep (device.cpu.clusters.big.cores=3, "
-             "device.storage.rand_read.*.gbps:scale=2)."),
+        [], "--set", metavar="KEY=VALUE",
+        help="Repeatable; VALUE is YAML, each KEY once. A strategy knob (cluster_neurons=256; overrides --plan), "
+             "or a profile field by its path as in a sweep: device.<path> or model.<path>, list entries by name, "
+             "index or * (device.cpu.clusters.big.cores=3), :scale to multiply "
+             "(device.storage.rand_read.*.gbps:scale=2)."),
     timeline: Path | None = typer.Option(None, "--timeline", help="Write Chrome/Perfetto trace JSON."),
     gantt: Path | None = typer.Option(None, "--gantt", help="Draw a Gantt chart PNG of the first tokens."),
     tokens_csv: Path | None = typer.Option(None, "--tokens-csv", help="Write per-token rows as CSV."),
@@ -85,17 +86,23 @@ def run(
         for flag, value in (("--timeline", timeline), ("--gantt", gantt)):
             if value is not None:
                 raise SimError("the analytic cost model has no timeline; drop it or use --mode des", field=flag)
+    settings, typed = parse_sets(sets)
+    overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
+    edited = {kind: any(key.startswith(f"{kind}.") for key in overrides) for kind in ("device", "model")}
     knobs: dict[str, Any] = {}
     plan_warnings: list[str] = []
     if plan is not None:
         budget = memory_budget or (f"offload {offload}" if offload is not None else "the device's usable DRAM")
-        plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {"device": device, "model": model,
-                                                                 "memory_budget": budget})
+        this_run = {kind: f"{ref} with --set edits" if edited[kind] else ref
+                    for kind, ref in (("device", device), ("model", model))}
+        plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {**this_run, "memory_budget": budget})
         knobs.update(plan_knobs)
-    settings = parse_sets(sets)
-    overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
     knobs.update({key: value for key, value in settings.items() if key not in overrides})
     device_ref, model_ref = with_overrides("device", device, overrides), with_overrides("model", model, overrides)
+    if "model.name" in overrides and trace is None and preset is None:
+        from sim.profiles.registry import load_model
+
+        preset = load_model(model).name  # a renamed model keeps its own activations, not another's preset
     result = simulate(device_ref, model_ref, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
                       offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
                       decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
@@ -114,9 +121,11 @@ def run(
         result.tokens.to_csv(tokens_csv, index=False)
     if json_out:
         # the run's configuration as resolved (defaults, knobs, core layout) rides along for reproducibility
-        print(json_text({**result.summary, "config": {**result.config, "overrides": overrides}}))
+        # the base profiles as given and the edits on them make the run reproducible
+        config = {**result.config, "base_profiles": {"device": device, "model": model}, "overrides": overrides}
+        print(json_text({**result.summary, "config": config}))
         return
-    _print_table(result.summary, overrides)
+    _print_table(result.summary, typed, list(overrides))
 
 
 def _fmt(value: Any) -> str:
@@ -127,10 +136,10 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _print_table(s: dict[str, Any], overrides: dict[str, Any]) -> None:
+def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> None:
     console = Console()
-    for key, value in overrides.items():  # a what-if says so before its figures
-        console.print(f"with --set {key}={value}", highlight=False)
+    for key in edits:  # a what-if says so before its figures, as it was typed
+        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False)
     head = Table(title=f"{s['model']} on {s['device']} ({s['strategy']}, {s['mode']})", show_header=False)
     for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
                 "latency_ms_p99", "cache_hit_ratio", "cache_miss_ratio_mean", "cache_miss_ratio_p99",

@@ -10,28 +10,40 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from sim.checks import shown
 from sim.errors import SimError
 
 PROFILE_PREFIXES = ("device.", "model.")
 
 
-def parse_sets(values: list[str]) -> dict[str, Any]:
-    """``--set key=value`` pairs, in order; values are parsed as YAML (scalars, lists, mappings)."""
+def parse_sets(values: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``--set key=value`` pairs in command-line order: (values parsed as YAML, the text as typed).
+
+    A key given twice is an error (which one should win is a guess; with ``:scale`` the
+    order would matter). ``knobs.NAME`` is a knob, spelt as in a sweep spec.
+    """
     from sim.profiles.yamlio import load_yaml_value
 
     sets: dict[str, Any] = {}
+    texts: dict[str, str] = {}
     for item in values:
-        if "=" not in item:
-            raise SimError(f"expected key=value, got {item!r}", field="--set")
-        key, raw = item.split("=", 1)
-        key = key.strip().removeprefix("knobs.")  # a sweep spec's spelling of a knob works here too
-        if not key:
-            raise SimError(f"expected key=value, got {item!r}", field="--set")
+        key, eq, raw = item.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise SimError(f"expected key=value, got {shown(item)}", field="--set")
+        if key.startswith("knobs."):
+            key = key.removeprefix("knobs.")
+            if not key or key.startswith(PROFILE_PREFIXES) or "." in key:
+                raise SimError("knobs.<name> takes a knob's name (no dots); a profile field is device.<path> "
+                               "or model.<path>", field=f"--set knobs.{key}")
+        if key in sets:
+            raise SimError(f"given twice ({texts[key]!r}, then {raw!r}); give each key once", field=f"--set {key}")
         try:
             sets[key] = load_yaml_value(raw, f"--set {key}") if raw.strip() else None
         except SimError as exc:
-            raise SimError(f"cannot parse value {raw!r} ({exc.detail})", field=f"--set {key}") from None
-    return sets
+            raise SimError(f"cannot parse value {shown(raw)} ({exc.detail})", field=f"--set {key}") from None
+        texts[key] = raw
+    return sets, texts
 
 
 def with_overrides(kind: str, ref: str, sets: dict[str, Any]) -> Any:

@@ -178,9 +178,15 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
             raise SimError("the dense strategy keeps every weight in DRAM and has no cache; drop --policy",
                            field="--policy")
         offload = 0.0
-    plan = plan_memory(mod, dev, budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
-                       context_tokens=context_tokens, predictor=strat_cls.uses_predictor,
-                       split_scales=strat_cls.split_scales)
+    try:
+        plan = plan_memory(mod, dev, budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
+                           context_tokens=context_tokens, predictor=strat_cls.uses_predictor,
+                           split_scales=strat_cls.split_scales)
+    except SimError as exc:
+        if strat_cls.name != "dense" or exc.field != "--offload":
+            raise
+        # dense set no offload of its own: the model does not fit in DRAM at all
+        raise SimError(f"the dense strategy keeps every weight in DRAM: {exc.detail}", field="--strategy") from None
     compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
     compute = list(getattr(knob_values, "compute_cores", None) or compute)
     io = list(getattr(knob_values, "io_cores", None) or io)
@@ -279,6 +285,8 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
               "prompt_tokens": prompt_tokens, "decode_tokens": decode_tokens, "warmup_tokens": warmup_tokens,
               "profile_tokens": profile_tokens,
               "policy": policy, "seed": seed, "mode": mode, "knobs": knob_values.model_dump(),
+              "trace": str(trace) if isinstance(trace, str | Path) else None,
+              "preset": (preset or mod.name) if trace is None else None,
               "cores": {"compute": setup.compute_cores, "io": setup.io_cores}}
     return SimResult(df, summary, machine.spans, config, machine.usage if mode == "des" else None)
 

@@ -16,6 +16,7 @@ import functools
 import hashlib
 import inspect
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from pydantic import BaseModel
 
 from sim.errors import SimError
 from sim.explore.paths import apply_path
-from sim.profiles.validation import validate
+from sim.profiles.validation import documentary_path, validate
 from sim.units import parse_size_or_percent
 
 NOT_SETTINGS = ("knobs", "timeline")  # knobs have their own keys; a timeline is not a result
@@ -158,18 +159,26 @@ def profile_with_overrides(kind: str, ref: Any, overrides: list[tuple[str, Any]]
     cls = DeviceProfile if kind == "device" else ModelProfile
     with _blame(kind):
         data = resolver.profile_data(kind, ref)
+    touched: list[tuple[str, list[str]]] = []  # each override with the concrete fields it changed
     for key, value in overrides:
         path = key.split(".", 1)[1]
         scale = path.endswith(SCALE_SUFFIX)
         if scale:
             path = path[: -len(SCALE_SUFFIX)]
         with _blame(key):
-            apply_path(data, path, value, scale=scale, where=key)
+            label = documentary_path(cls, path.split("."))
+            if label is not None:
+                raise SimError(f"{kind}.{label[0]} is not read by the simulation, so editing it would change no "
+                               f"result: it is {label[1]}", field=key)
+            touched.append((key, apply_path(data, path, value, scale=scale, where=key)))
     name = data.get("name", ref)
     try:
         return validate(cls, data, f"{kind} {name}{suffix}")
     except SimError as exc:
-        raise SettingError(exc, _override_for(kind, exc.field, overrides)) from None
+        key, inner = _override_for(kind, exc, touched)
+        if inner:  # the edit set a whole section: say which field in it is wrong
+            exc = SimError(f"{inner}: {exc.detail}", source=exc.source, field=exc.field)
+        raise SettingError(exc, key) from None
 
 
 def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None) -> dict[str, Any]:
@@ -231,25 +240,34 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
     return task
 
 
-def _override_for(kind: str, error_path: str | None, overrides: list[tuple[str, Any]]) -> str:
-    """The override of a profile most likely behind a validation error at ``error_path``.
+def _override_for(kind: str, exc: SimError, touched: list[tuple[str, list[str]]]) -> tuple[str, str]:
+    """The override behind a validation error of the edited profile, and the part of the error's
+    field path below what that override set ("" when it set the field itself).
 
-    Paths match step by step, ``*`` and entry names matching any index; one path may be
-    a prefix of the other (an override of a whole section, or an error on the section
-    holding the field, such as usable_bytes above total_bytes). The last match wins (it
-    was applied last); with none, the profile itself is to blame.
+    In order: the last override that set the error's field or a section holding it; among
+    those that changed something inside the error's section (a check across its fields,
+    such as usable_bytes above total_bytes), the last whose field the message names, else
+    the last; the last whose field path the message names; a lone override; else the
+    profile as a whole (``kind``).
     """
-    got = [s for s in (error_path or "").split(".") if s]
-    for key, _value in reversed(overrides):
-        steps = key.split(".", 1)[1].removesuffix(SCALE_SUFFIX).split(".")
-        if all(_same_step(a, b) for a, b in zip(steps, got, strict=False)):
-            return key
-    return kind
-
-
-def _same_step(written: str, reached: str) -> bool:
-    """Whether an override's path step can address the step an error reports."""
-    return written in (reached, "*") or (reached.isdigit() and not written.lstrip("-").isdigit())
+    got = [s for s in (exc.field or "").split(".") if s and s != "(top level)"]
+    inside: list[tuple[str, str]] = []  # (key, leaf name) of edits below the error's section
+    for key, paths in reversed(touched):
+        for concrete in paths:
+            steps = concrete.split(".")
+            if len(steps) <= len(got) and got[:len(steps)] == steps:
+                return key, ".".join(got[len(steps):])
+            if steps[:len(got)] == got:
+                inside.append((key, steps[-1]))
+    tokens = re.findall(r"[\w.]+", exc.detail)
+    words = set(tokens) | {part for token in tokens for part in token.split(".")}
+    named = [key for key, leaf in inside if leaf in words]
+    if named or inside:
+        return (named or [key for key, _ in inside])[0], ""
+    for key, paths in reversed(touched):
+        if any(concrete in words for concrete in paths):
+            return key, ""
+    return (touched[0][0], "") if len(touched) == 1 else (kind, "")
 
 
 def preset_ref(name: str) -> dict[str, Any]:

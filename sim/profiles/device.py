@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sim.profiles.validation import ByteSize, Strict
+from sim.profiles.validation import ByteSize, Strict, documentary
 
 Positive = Field(gt=0)
 Fraction = Field(ge=0, le=1)
@@ -59,8 +59,9 @@ class KernelSpeed(Strict):
 class CpuCluster(Strict):
     """Identical cores sharing a frequency domain."""
 
-    name: str
-    core: str = ""  # micro-architecture, e.g. Cortex-X4
+    # a word, so a field path can address the cluster by name (not a number, *, or dotted)
+    name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
+    core: str = documentary("a label (the micro-architecture, e.g. Cortex-X4)", "")
     cores: int = Field(ge=1, le=64)
     freq_ghz: float = Field(gt=0, le=10)
     # Dense fp32 GEMM throughput of one core (FMA lanes x 2 x GHz x achieved efficiency).
@@ -132,7 +133,7 @@ class Accelerator(Strict):
 
 
 class DramProfile(Strict):
-    type: str = ""
+    type: str = documentary("a label", "")
     total_bytes: ByteSize
     usable_bytes: ByteSize  # what one app may hold before the OS kills it
     peak_gbps: float = Field(gt=0)  # theoretical (channels x width x rate)
@@ -150,8 +151,9 @@ class DramProfile(Strict):
 
 
 class StorageProfile(Strict):
-    type: str  # "UFS 4.0", "NVMe"
-    capacity_bytes: ByteSize | None = None
+    type: str = documentary("a label (\"UFS 4.0\", \"NVMe\"); the throughput curves are what is simulated")
+    capacity_bytes: ByteSize | None = documentary("the datasheet's figure (the model's image is assumed to "
+                                                  "fit)", None)
     page_bytes: ByteSize = 4096  # smallest read; bundles are padded to it
     # Throughput by request size at full queue, sequential and random (random: within
     # a small span; see range_effect).
@@ -187,9 +189,9 @@ class DeviceProfile(Strict):
     """One device. ``name`` is how the CLI refers to it."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    description: str = ""
-    soc: str = ""
-    kind: Literal["phone", "laptop", "tablet"] = "phone"
+    description: str = documentary("a label", "")
+    soc: str = documentary("a label", "")
+    kind: Literal["phone", "laptop", "tablet"] = documentary("a label", "phone")
     cpu: CpuProfile
     gpu: Accelerator | None = None
     npu: Accelerator | None = None

@@ -152,8 +152,10 @@ def plan_memory(model: ModelProfile, device: DeviceProfile, *, budget: str | int
         cache = budget_bytes - resident_total
         if cache < 0:
             parts = ", ".join(f"{k} {format_bytes(v)}" for k, v in resident.items())
+            what = (f"budget {format_bytes(budget_bytes)}" if budget is not None else
+                    f"the default budget ({device.name}'s usable DRAM, dram.usable_bytes) {format_bytes(budget_bytes)}")
             raise SimError(
-                f"budget {format_bytes(budget_bytes)} is below the {format_bytes(resident_total)} that must stay "
+                f"{what} is below the {format_bytes(resident_total)} that must stay "
                 f"resident ({parts}); allowed: at least {format_bytes(resident_total)}",
                 field="--memory-budget")
     if budget_bytes > device.dram.usable_bytes:

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import Field, model_validator
 
 from sim.profiles.formats import NeuronBundle, WeightsDtype, get_format
-from sim.profiles.validation import Strict
+from sim.profiles.validation import Strict, documentary
 
 Activation = Literal["relu", "relu2", "drelu", "fatrelu", "silu", "gelu"]
 
@@ -51,9 +51,9 @@ class PredictorSpec(Strict):
 
 class ModelProfile(Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    description: str = ""
+    description: str = documentary("a label", "")
     family: Literal["llama", "mistral", "mixtral", "qwen2", "opt", "falcon", "persimmon", "phi",
-                    "bert"]
+                    "bert"] = documentary("a label (the dimensions are what the simulation reads)")
     n_layers: int = Field(ge=1, le=1000)
     hidden: int = Field(ge=8, le=1_000_000)
     ffn_dim: int = Field(ge=1, le=10_000_000)  # neurons per expert
@@ -63,13 +63,18 @@ class ModelProfile(Strict):
     vocab: int = Field(ge=1)
     max_context: int = Field(ge=1)
     ffn_gated: bool  # gate/up/down (SwiGLU-style) versus up/down
-    activation: Activation
+    activation: Activation = documentary("read only when recording a trace from weights (sim trace "
+                                         "record); a run replays the trace")
     tied_embeddings: bool = False
     moe: MoeSpec | None = None
-    sparsity: SparsitySpec
+    sparsity: SparsitySpec = documentary("the published figure, kept for reference (the simulated "
+                                         "activations come from the trace: --preset or --trace; "
+                                         "sim trace synth makes one at another density)")
     predictor: PredictorSpec
     default_dtype: WeightsDtype = "int4"
-    published_params_b: float = Field(gt=0)  # total parameters, billions, from the model card
+    # total parameters, billions, from the model card (the dimensions give the simulated sizes)
+    published_params_b: float = documentary("the model card's figure, kept for reference (the dimensions "
+                                     "give the simulated sizes)", gt=0)
     source: str = Field(min_length=3)
 
     @model_validator(mode="after")

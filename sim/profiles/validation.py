@@ -6,9 +6,10 @@ the first problem, its dotted field path and what is allowed, on one line.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from types import UnionType
+from typing import Annotated, Any, TypeVar, Union, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from sim.errors import SimError
 from sim.units import parse_bytes
@@ -23,6 +24,45 @@ class Strict(BaseModel):
     # `.inf` and `.nan` are YAML floats but never a valid bandwidth, size or rate.
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True,
                               allow_inf_nan=False)
+
+
+def documentary(why: str, default: Any = ..., **constraints: Any) -> Any:
+    """A field the simulation never reads (a label, or a published figure kept for reference):
+    editing it changes no result, so a what-if that edits it is refused (see
+    :func:`documentary_path`) instead of silently reproducing the unedited run."""
+    return Field(default, json_schema_extra={"documentary": why}, **constraints)
+
+
+def documentary_path(model: type[BaseModel], path: list[str]) -> tuple[str, str] | None:
+    """(the documentary field on ``path`` through ``model``'s schema, why it is one), or None.
+
+    A step into a list (an index, ``*`` or an entry's name) passes through to the entry type.
+    """
+    current: Any = model
+    walked: list[str] = []
+    for step in path:
+        current = _optional(current) or current
+        walked.append(step)
+        if get_origin(current) is list:
+            current = get_args(current)[0]
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or step not in current.model_fields:
+            return None
+        info = current.model_fields[step]
+        extra = info.json_schema_extra
+        why = extra.get("documentary") if isinstance(extra, dict) else None
+        if why:
+            return ".".join(walked), str(why)
+        current = info.annotation
+    return None
+
+
+def _optional(annotation: Any) -> Any:
+    """``X`` for ``X | None``, else None."""
+    args = [a for a in get_args(annotation) if a is not type(None)]
+    if get_origin(annotation) in (Union, UnionType) and len(args) == 1:
+        return args[0]
+    return None
 
 
 def _bytes(value: Any) -> int:

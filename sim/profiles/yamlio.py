@@ -117,6 +117,8 @@ def load_yaml_value(text: str, source: str, expected: str = "a value") -> Any:
         raise SimError(f"malformed YAML: {' '.join(str(exc).split())}", source=source) from None
     except RecursionError:
         raise SimError("YAML nesting too deep", source=source) from None
+    except ValueError as exc:  # e.g. an integer of more than 4300 digits
+        raise SimError(f"unreadable value: {' '.join(str(exc).split())}", source=source) from None
     finally:
         loader.dispose()
 

@@ -152,7 +152,7 @@ BAD = {
 
 # (the option the message must name, text it must contain) per case, where it is specific
 NAMED = {
-    "unknown knob": ("--set", "unknown knob 'no_such_knob' of the powerinfer2 strategy; its knobs: compute_cores"),
+    "unknown knob": ("--set no_such_knob", "unknown knob 'no_such_knob' of the powerinfer2 strategy; its knobs: "),
     "unknown profile field": ("--set device.storage.nope", "no field 'nope' at storage"),
     "profile field out of range": ("--set device.cpu.clusters.big.cores", ">= 1"),
     "profile field of the wrong type": ("--set model.n_layers", "integer"),
@@ -218,7 +218,61 @@ def test_set_on_a_profile_field_is_the_edited_profile_file(files, tmp_path, caps
     assert with_sets["decode_tokens_per_s"] < unchanged["decode_tokens_per_s"]  # a quarter of the flash throughput
     assert with_sets["config"]["overrides"] == {"device.storage.rand_read.*.gbps:scale": 0.25,
                                                 "device.cpu.clusters.big.cores": 2}
+    assert with_sets["config"]["base_profiles"] == {"device": "oneplus-12", "model": files["model"]}
     assert unchanged["config"]["overrides"] == {}
+
+
+SET_ERRORS = [
+    # (the --set arguments, the field the one-line error must name, text it must contain)
+    (["device.cpu.clusters.big.cores:scale=.nan"], "--set device.cpu.clusters.big.cores:scale", "finite"),
+    (["device.cpu.clusters.big.cores:scale=.inf"], "--set device.cpu.clusters.big.cores:scale", "finite"),
+    (["device.cpu.clusters.big.cores:scale=2.5"], "--set device.cpu.clusters.big.cores:scale", "integer, got 2.5"),
+    (["cluster_neurons=" + "9" * 5000], "--set cluster_neurons", "unreadable value"),
+    (["device.cpu.clusters.big.cores=3", "device.cpu.clusters.big.cores=5"], "--set device.cpu.clusters.big.cores",
+     "given twice"),
+    (["model.sparsity.mean_active_fraction=0.9"], "--set model.sparsity.mean_active_fraction",
+     "not read by the simulation"),
+    (["device.storage.queue_depth=0"], "--set device.storage.queue_depth", ">= 1"),
+    (["device.storage.range_effect=[]", "device.storage.range_effect.*.factor:scale=0.1"],
+     "--set device.storage.range_effect.*.factor:scale", "matches no entry"),
+    (["device.cpu.clusters.big.cores=0", "device.cpu.clusters.little.cores=2"], "--set device.cpu.clusters.big.cores",
+     ">= 1"),
+    (["device.dram.usable_bytes=30GB", "device.dram.peak_gbps=80"], "--set device.dram.usable_bytes",
+     "must not exceed total_bytes"),
+    (["device.cpu.mem_gbps=100", "device.npu=null"], "--set device.cpu.mem_gbps", "exceeds dram.peak_gbps"),
+    (["device.dram={total_bytes: 24GB, usable_bytes: 19GB, peak_gbps: 76.8}"], "--set device.dram",
+     "combined_gbps: required field is missing"),
+    (["device.storage.page_bytes=0.4"], "--set device.storage.page_bytes", "at least 1 byte"),
+    (["device.cpu.clusters.little.name='0'"], "--set device.cpu.clusters.little.name", "pattern"),
+    (["knobs.device.name=x"], "--set knobs.device.name", "no dots"),
+    (["compute_cores=[]"], "--set", "names no core"),
+    (["hot_share=.nan"], "--set hot_share", "finite"),
+]
+
+
+@pytest.mark.parametrize(("sets", "field", "text"), SET_ERRORS, ids=[" ".join(c[0])[:60] for c in SET_ERRORS])
+def test_set_errors_name_the_edit_to_blame(files, capsys, sets, field, text):
+    args = [a for item in sets for a in ("--set", item)]
+    assert main([*argv(files), *args, "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"error: {field}: ") and "\n" not in err and text in err, err
+
+
+def test_set_scales_a_float_field_set_as_a_whole_number_without_rounding(files, capsys):
+    assert main([*argv(files), "--set", "device.storage.read_latency_us=100", "--set",
+                 "device.storage.read_latency_us:scale=0.015", "--json"]) == 0
+    scaled = json.loads(capsys.readouterr().out)
+    assert main([*argv(files), "--set", "device.storage.read_latency_us=1.5", "--json"]) == 0
+    direct = json.loads(capsys.readouterr().out)
+    assert scaled["decode_tokens_per_s"] == direct["decode_tokens_per_s"]
+
+
+def test_set_echoes_the_edit_as_typed(files, capsys):
+    assert main([*argv(files), "--set", "device.cpu.clusters.big.io_4k_gbps=1.076",
+                 "--set", "model.predictor.source='[/bold] see [red]x'"]) == 0
+    out = capsys.readouterr().out
+    assert "with --set model.predictor.source='[/bold] see [red]x'" in out
+    assert "with --set device.cpu.clusters.big.io_4k_gbps=1.076" in out
 
 
 def test_a_knob_may_be_spelled_as_in_a_sweep_spec(files, capsys):
@@ -242,6 +296,10 @@ def test_plan_knobs_apply_and_a_mismatch_is_a_warning(files, tmp_path, capsys):
     assert main([*argv(files), "--plan", plan, "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert any("planned for" in w and "memory_budget 1GB" in w for w in out["warnings"]), out["warnings"]
+    assert not any("device oneplus-12" in w for w in out["warnings"])
+    assert main([*argv(files), "--plan", plan, "--set", "device.cpu.clusters.big.cores=2", "--json"]) == 0
+    edited = json.loads(capsys.readouterr().out)  # a plan made for the unedited phone says so
+    assert any("device oneplus-12 (this run: oneplus-12 with --set edits)" in w for w in edited["warnings"])
     assert main([*argv(files), "--set", "cluster_neurons=64", "--json"]) == 0
     same = json.loads(capsys.readouterr().out)
     assert out["decode_tokens_per_s"] == same["decode_tokens_per_s"]  # the plan's knob was applied

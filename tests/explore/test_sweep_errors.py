@@ -43,6 +43,10 @@ def _files(folder) -> list[str]:
     ({"base": base(), "sample": {"n": 4, "ranges": {"policy": {"choices": ["lru", "nope"]}}}},
      "sample.ranges.policy", "unknown policy 'nope'"),
     ({"base": base(preset="no-such-preset")}, "base.preset", "no synthetic-trace preset 'no-such-preset'"),
+    ({"base": base(), "grid": {"model.sparsity.mean_active_fraction": [0.1, 0.2]}},
+     "grid.model.sparsity.mean_active_fraction", "not read by the simulation, so editing it would change no result"),
+    ({"base": base(), "grid": {"device.cpu.clusters.big.cores:scale": [1, 1.5]}},
+     "grid.device.cpu.clusters.big.cores:scale", "must be an integer, got 1.5"),
 ])
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_bad_spec_values_stop_before_any_point_with_file_and_field(spec, field, message, dry_run, tmp_path, capsys):

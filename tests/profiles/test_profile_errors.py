@@ -64,7 +64,7 @@ SCHEMA_CASES = [
               "kernel_speed: {dense_gemv: 1.254, sparse_gemv: 0}\n      io_4k_gbps: 1.076"),
      "cpu.clusters.0.kernel_speed.sparse_gemv", "must be > 0"),
     ("zero-size", "device", _replace(DEVICE, "total_bytes: 24GB", "total_bytes: 0GB"),
-     "dram.total_bytes", "must be > 0 bytes"),
+     "dram.total_bytes", "must be at least 1 byte"),
     ("negative-size", "device", _replace(DEVICE, "total_bytes: 24GB", "total_bytes: -24GB"),
      "dram.total_bytes", "cannot parse"),
     ("zero-count", "model", _replace(MODEL, "n_layers: 32", "n_layers: 0"), "n_layers", ">= 1"),

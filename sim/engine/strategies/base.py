@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine
@@ -31,9 +31,17 @@ Event = Generator[Any, Any, Any]
 
 
 class Knobs(BaseModel):
-    """Base of every strategy's knobs: unknown knobs are errors."""
+    """Base of every strategy's knobs: unknown knobs are errors, and so are NaN, infinities and
+    an empty list of cores (which would silently mean the default)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _cores_named(self) -> Knobs:
+        for name in ("compute_cores", "io_cores"):
+            if getattr(self, name, None) == []:
+                raise ValueError(f"{name} names no core; list cluster names, or leave it out for the default")
+        return self
 
 
 @dataclass
@@ -132,11 +140,19 @@ def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--se
     from sim.profiles.validation import validate
 
     known = cls.knobs_model.model_fields
+    # From the command line an error reads `--set KNOB: ...`, as a profile field's does.
+    flag = source == "--set"
     for key in values:
         if key not in known:  # name the strategy's knobs: the schema command lists profiles, not knobs
             raise SimError(f"unknown knob {key!r} of the {cls.name} strategy; its knobs: {', '.join(known)}",
-                           source=source, field=str(key))
-    return validate(cls.knobs_model, values, source)
+                           source=None if flag else source, field=f"--set {key}" if flag else str(key))
+    try:
+        return validate(cls.knobs_model, values, source)
+    except SimError as exc:
+        if not flag:
+            raise
+        where = "" if exc.field in (None, "(top level)") else f" {exc.field}"
+        raise SimError(exc.detail, field=f"--set{where}") from None
 
 
 def default_core_split(device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
