@@ -88,12 +88,28 @@ def info(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Trace fil
             ("chunk tokens", m.chunk_tokens), ("seed", m.seed), ("predicted sets", m.has_predictions),
             ("activation threshold", m.activation_threshold)]
     if m.predictor:
-        rows.append(("predictor", json.dumps(m.predictor, sort_keys=True)[:200]))
+        rows.append(("predictor", _predictor_summary(m.predictor)))
     if m.extra:
         rows.append(("extra", json.dumps(m.extra, sort_keys=True)[:200]))
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         print(f"{key:<{width}}  {value}")
+
+
+def _predictor_summary(predictor: dict[str, Any]) -> str:
+    """The predictor's kind, rank and mean recall/precision over layers (recorded traces keep the
+    means, synthetic ones the per-layer targets); the full record is in the file's metadata."""
+    parts = [str(predictor.get("kind") or predictor.get("model") or "predictor")]
+    if "rank" in predictor:
+        parts.append(f"rank {predictor['rank']}")
+    for name in ("recall", "precision", "false_positive_rate"):
+        mean = predictor.get(f"{name}_mean")
+        values = predictor.get(name)
+        if mean is None and isinstance(values, list) and values:
+            mean = sum(values) / len(values)
+        if isinstance(mean, int | float):
+            parts.append(f"{name.replace('_', ' ')} {mean:.3f}")
+    return ", ".join(parts) + (" (means over layers)" if len(parts) > 1 else "")
 
 
 def _fmt(value: Any) -> str:

@@ -27,6 +27,8 @@ def test_synth_info_stats_compare_fit(tmp_path, capsys):
     assert trace.meta.has_predictions and trace.meta.source == "synthetic" and trace.meta.seed == 4
     code, out, _ = _run(capsys, "trace", "info", str(a))
     assert code == 0 and "11008" in out
+    recall = sum(trace.meta.predictor["recall"]) / 32
+    assert f"synthetic, recall {recall:.3f}, " in out  # the means, not JSON cut at 200 characters
     code, out, _ = _run(capsys, "trace", "stats", str(a), "--json", "--plot", str(tmp_path / "s.png"))
     stats = json.loads(out)
     assert code == 0 and (tmp_path / "s.png").stat().st_size > 1000
