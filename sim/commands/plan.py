@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from sim.commands.settings import own_preset, parse_sets, profile_sets, with_overrides
 from sim.errors import SimError
 
 
@@ -29,6 +30,11 @@ def plan(
     passes: int = typer.Option(2, "--passes", help="Rounds of one-knob-at-a-time search."),
     seed: int = typer.Option(0, "--seed", help="Random seed (synthetic trace)."),
     preset: str | None = typer.Option(None, "--preset", help="Synthetic-trace preset (default: the model's)."),
+    sets: list[str] = typer.Option(
+        [], "--set", metavar="KEY=VALUE",
+        help="Repeatable; VALUE is YAML, each KEY once. A profile field by its path as in sim run (plan for a "
+             "phone that does not exist yet): device.cpu.clusters.big.cores=3, "
+             "device.storage.rand_read.*.gbps:scale=2. The plan records the edits."),
 ) -> None:
     """Search compute/I-O cores, cluster size, hot/cold split, NPU share and cache policy; print the plan."""
     from rich.console import Console
@@ -36,10 +42,15 @@ def plan(
 
     from sim.explore.planner import plan as search
 
-    result = search(device, model, memory_budget=memory_budget, objective=objective,
+    overrides, typed = parse_sets(sets)
+    profile_sets(overrides)
+    preset = own_preset(model, overrides, None, preset)
+    result = search(with_overrides("device", device, overrides), with_overrides("model", model, overrides),
+                    memory_budget=memory_budget, objective=objective,
                     min_tokens_per_s=min_tokens_per_s, prune_tokens=prune_tokens, confirm_tokens=confirm_tokens,
                     warmup_tokens=warmup_tokens, confirm=confirm, passes=passes, seed=seed, preset=preset,
                     workers=workers)
+    result.overrides, result.set_args = overrides, typed
     text = result.to_yaml()
     if out is not None:
         try:

@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.commands.settings import PROFILE_PREFIXES, parse_sets, with_overrides
+from sim.commands.settings import PROFILE_PREFIXES, own_preset, parse_sets, with_overrides
 from sim.errors import SimError
 
 
@@ -40,8 +40,15 @@ def _plan_knobs(path: Path, strategy: str, run: dict[str, Any]) -> tuple[dict[st
     parse_knobs(get_strategy(strategy), dict(knobs), source=f"{path}: knobs")
     notes = [f"{key} {loaded[key]} (this run: {run[key]})" for key in ("device", "model", "memory_budget")
              if key in loaded and str(loaded[key]) != str(run[key])]
+    planned_edits = loaded.get("overrides") or {}
+    if planned_edits != run["overrides"]:  # the same phone name with other --set edits is another phone
+        notes.append(f"--set edits {_edits(planned_edits)} (this run: {_edits(run['overrides'])})")
     warnings = [f"{path} was planned for {', '.join(notes)}; its knobs are applied as they are"] if notes else []
     return knobs, warnings
+
+
+def _edits(overrides: dict[str, Any]) -> str:
+    return ", ".join(f"{key}={value}" for key, value in overrides.items()) or "none"
 
 
 def run(
@@ -88,21 +95,16 @@ def run(
                 raise SimError("the analytic cost model has no timeline; drop it or use --mode des", field=flag)
     settings, typed = parse_sets(sets)
     overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
-    edited = {kind: any(key.startswith(f"{kind}.") for key in overrides) for kind in ("device", "model")}
     knobs: dict[str, Any] = {}
     plan_warnings: list[str] = []
     if plan is not None:
         budget = memory_budget or (f"offload {offload}" if offload is not None else "the device's usable DRAM")
-        this_run = {kind: f"{ref} with --set edits" if edited[kind] else ref
-                    for kind, ref in (("device", device), ("model", model))}
-        plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {**this_run, "memory_budget": budget})
+        plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {"device": device, "model": model,
+                                                                 "memory_budget": budget, "overrides": overrides})
         knobs.update(plan_knobs)
     knobs.update({key: value for key, value in settings.items() if key not in overrides})
     device_ref, model_ref = with_overrides("device", device, overrides), with_overrides("model", model, overrides)
-    if "model.name" in overrides and trace is None and preset is None:
-        from sim.profiles.registry import load_model
-
-        preset = load_model(model).name  # a renamed model keeps its own activations, not another's preset
+    preset = own_preset(model, overrides, trace, preset)
     result = simulate(device_ref, model_ref, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
                       offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
                       decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,

@@ -69,3 +69,13 @@ def profile_sets(sets: dict[str, Any], flag: str = "--set") -> dict[str, Any]:
             raise SimError("this command takes profile fields only (device.<path>=value or model.<path>=value)",
                            field=f"{flag} {key}")
     return sets
+
+
+def own_preset(model: str, overrides: dict[str, Any], trace: Any, preset: str | None) -> str | None:
+    """The preset to ask for: a model renamed by ``--set model.name`` keeps its own activations
+    (the preset named after the base model), not whatever preset the new name happens to match."""
+    if "model.name" in overrides and trace is None and preset is None:
+        from sim.profiles.registry import load_model
+
+        return load_model(model).name
+    return preset

@@ -195,6 +195,17 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
         for name in names:
             if name not in clusters:
                 raise SimError(f"unknown CPU cluster {name!r}; {dev.name} has {', '.join(clusters)}", field=knob)
+    # A compute thread keeps its core busy: more of them than a cluster has cores would be
+    # simulated as cores the phone does not have. (I/O threads block on reads, so several may
+    # share a core; the flash model counts the cores they occupy.)
+    for cluster in dev.cpu.clusters:
+        n = compute.count(cluster.name)
+        if n > cluster.cores:
+            raise SimError(f"puts {n} compute threads on {cluster.name}, which has {cluster.cores} core"
+                           f"{'s' if cluster.cores > 1 else ''} on {dev.name}; list it at most "
+                           f"{'once' if cluster.cores == 1 else f'{cluster.cores} times'} (a phone with more: "
+                           f"--set device.cpu.clusters.{cluster.name}.cores={n})",
+                           field="compute_cores")
     return RunSetup(dev, mod, strat_cls, knob_values, plan, compute, io, offload, prompt_tokens, decode_tokens,
                     warmup_tokens, profile_tokens, seed)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,9 @@ class PlanResult:
     analytic_evaluations: int
     des_evaluations: int
     settings: dict[str, Any] = field(default_factory=dict)
+    # profile edits the plan was made with (`sim plan --set`), and each as it was typed
+    overrides: dict[str, Any] = field(default_factory=dict)
+    set_args: dict[str, str] = field(default_factory=dict)
 
     def plan_mapping(self) -> dict[str, Any]:
         """What ``sim run --plan FILE`` reads (``knobs``), plus the prediction and runner-ups."""
@@ -91,6 +95,7 @@ class PlanResult:
             "device": self.device,
             "model": self.model,
             "memory_budget": self.memory_budget,
+            **({"overrides": self.overrides} if self.overrides else {}),
             "objective": self.objective,
             "knobs": self.resolved_knobs,
             "predicted": {**figures(self.best), "mode": "des", **self.settings},
@@ -100,10 +105,12 @@ class PlanResult:
 
     def to_yaml(self) -> str:
         preset = self.settings.get("preset")
+        sets = "".join(f" --set {shlex.quote(f'{key}={text}')}" for key, text in self.set_args.items())
         head = (f"# sim plan: {self.model} on {self.device} at memory budget {self.memory_budget} "
                 f"(objective {self.objective})\n"
                 f"# use it: sim run --device {self.device} --model {self.model} "
-                f"--memory-budget {self.memory_budget}{f' --preset {preset}' if preset else ''} --plan PLAN.yaml\n")
+                f"--memory-budget {self.memory_budget}{f' --preset {preset}' if preset else ''}{sets} "
+                "--plan PLAN.yaml\n")
         return head + yaml.dump(self.plan_mapping(), Dumper=_PlanDumper, sort_keys=False, default_flow_style=False)
 
 

@@ -247,6 +247,7 @@ SET_ERRORS = [
     (["knobs.device.name=x"], "--set knobs.device.name", "no dots"),
     (["compute_cores=[]"], "--set", "names no core"),
     (["hot_share=.nan"], "--set hot_share", "finite"),
+    (["compute_cores=[big,big]"], "compute_cores", "puts 2 compute threads on big, which has 1 core"),
 ]
 
 
@@ -299,7 +300,7 @@ def test_plan_knobs_apply_and_a_mismatch_is_a_warning(files, tmp_path, capsys):
     assert not any("device oneplus-12" in w for w in out["warnings"])
     assert main([*argv(files), "--plan", plan, "--set", "device.cpu.clusters.big.cores=2", "--json"]) == 0
     edited = json.loads(capsys.readouterr().out)  # a plan made for the unedited phone says so
-    assert any("device oneplus-12 (this run: oneplus-12 with --set edits)" in w for w in edited["warnings"])
+    assert any("--set edits none (this run: device.cpu.clusters.big.cores=2)" in w for w in edited["warnings"])
     assert main([*argv(files), "--set", "cluster_neurons=64", "--json"]) == 0
     same = json.loads(capsys.readouterr().out)
     assert out["decode_tokens_per_s"] == same["decode_tokens_per_s"]  # the plan's knob was applied

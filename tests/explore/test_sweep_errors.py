@@ -228,3 +228,23 @@ def test_plots_refuse_an_axis_left_at_its_default(results, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: --hue: 'policy' has no value in any successful row") and err.count("\n") == 1
     assert "columns that vary: memory_budget, strategy" in err and not target.exists()
+
+
+def test_a_signal_that_lands_in_a_compiled_kernel_stops_the_sweep_not_the_point(monkeypatch):
+    """CPython reports a handler's exception raised during a C call as a SystemError caused by
+    it; run_point must pass the interrupt on, not record a failed point and carry on."""
+    from sim.explore import worker
+    from sim.explore.sweep import SweepInterrupted
+
+    def interrupted(task):
+        try:
+            raise SweepInterrupted(signal.SIGTERM)
+        except SweepInterrupted as signal_exc:
+            raise SystemError("CPUDispatcher(<function _gather_rows>) returned a result with an exception "
+                              "set") from signal_exc
+
+    monkeypatch.setattr(worker, "_simulate", interrupted)
+    with pytest.raises(SweepInterrupted):
+        worker.run_point({"id": "p"})
+    monkeypatch.setattr(worker, "_simulate", lambda task: 1 / 0)
+    assert worker.run_point({"id": "p"})["error"] == "ZeroDivisionError: division by zero"  # a real failure
