@@ -82,6 +82,33 @@ def test_plan_writes_a_plan_that_sim_run_accepts_and_reproduces(tmp_path, capsys
     assert planned >= default
 
 
+def test_plan_for_an_edited_phone_records_its_edits_and_sim_run_reproduces_it(tmp_path, capsys):
+    model = write_model(tmp_path)
+    plan_file = tmp_path / "plan.yaml"
+    common = ["--model", str(model), "--memory-budget", "302MB", "--preset", PRESET]
+    edit = ["--set", "device.cpu.clusters.big.cores=3"]
+    assert main(["plan", *common, *edit, "--prune-tokens", "2", "--warmup-tokens", "2", "--confirm-tokens", "4",
+                 "--passes", "1", "--confirm", "1", "--out", str(plan_file)]) == 0
+    capsys.readouterr()
+    text = plan_file.read_text()
+    plan = yaml.safe_load(text)
+    assert plan["overrides"] == {"device.cpu.clusters.big.cores": 3}
+    assert "--set device.cpu.clusters.big.cores=3 --plan PLAN.yaml" in text.splitlines()[1]  # the use-it line
+    run = ["run", *common, "--decode-tokens", "4", "--warmup-tokens", "2", "--plan", str(plan_file), "--json"]
+    assert main([*run, *edit]) == 0
+    same = json.loads(capsys.readouterr().out)
+    assert same["decode_tokens_per_s"] == pytest.approx(plan["predicted"]["decode_tokens_per_s"], rel=1e-5)
+    assert not same["warnings"]
+    # on the unedited phone: a layout only the edited phone has is refused, any other one warns
+    code = main(run)
+    captured = capsys.readouterr()
+    if plan["knobs"]["compute_cores"].count("big") > 1:
+        assert code == 2 and "compute threads on big" in captured.err
+    else:
+        assert code == 0 and any("--set edits device.cpu.clusters.big.cores=3 (this run: none)" in w
+                                 for w in json.loads(captured.out)["warnings"])
+
+
 def test_plan_rejects_an_unreachable_speed(tmp_path, capsys):
     model = write_model(tmp_path)
     assert main(["plan", "--model", str(model), "--memory-budget", "302MB", "--preset", PRESET, "--prune-tokens",
