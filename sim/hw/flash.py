@@ -71,10 +71,17 @@ class FlashModel:
         device = self.device_gbps(block_bytes, sequential, span_bytes)
         # one issuing thread submits to one command queue
         gbps = min(device, self.issuer_gbps(block_bytes, core), self.queue_gbps(block_bytes, device))
-        if n_issuers > 1:
-            penalty = self.device.storage.multi_issuer_penalty
-            gbps *= 1.0 - penalty * (1.0 - 1.0 / n_issuers)
-        return gbps
+        return gbps * self.contention(n_issuers)
+
+    def contention(self, n_issuers: int) -> float:
+        """The share of throughput left when ``n_issuers`` cores issue at once ([PI2 §2.3]: up to
+        ``multi_issuer_penalty`` is lost on UFS's single command queue). With several queues
+        (NVMe) the issuers spread over them and only those sharing a queue contend, so more
+        queues never cost throughput."""
+        per_queue = n_issuers / self.device.storage.command_queues
+        if per_queue <= 1:
+            return 1.0
+        return 1.0 - self.device.storage.multi_issuer_penalty * (1.0 - 1.0 / per_queue)
 
     def batch_time_s(self, n_requests: int, block_bytes: int, core: CpuCluster, *, sequential: bool = False,
                      span_bytes: int | None = None, n_issuers: int = 1) -> float:
@@ -116,10 +123,7 @@ class FlashModel:
         if blocking:
             per_thread = block_bytes / (self.latency_s + block_bytes / (device * 1e9)) / 1e9
             gbps = min(gbps, len(threads) * per_thread)
-        n_issuers = issuing + other_issuers
-        if n_issuers > 1:
-            gbps *= 1.0 - self.device.storage.multi_issuer_penalty * (1.0 - 1.0 / n_issuers)
-        return gbps
+        return gbps * self.contention(issuing + other_issuers)
 
     def parallel_batch_time_s(self, n_requests: int, block_bytes: int, threads: Sequence[CpuCluster], *,
                               sequential: bool = False, span_bytes: int | None = None, blocking: bool = True,

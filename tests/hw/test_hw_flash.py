@@ -141,3 +141,17 @@ def test_queue_depth_one_makes_a_small_random_read_latency_bound_and_32_does_not
     assert qd1 < 0.1 * flash().throughput_gbps(4096, BIG)  # tens of MB/s against the curve's ~1 GB/s
     assert ST.queue_depth == 32 and flash().throughput_gbps(4096, BIG) == pytest.approx(
         min(flash().device_gbps(4096), flash().issuer_gbps(4096, BIG)))  # the bundled depth never binds
+
+
+@settings(max_examples=40, deadline=None)
+@given(issuers=st.integers(1, 64), queues=st.integers(1, 63))
+def test_more_command_queues_never_cost_throughput(issuers, queues):
+    """Only issuers sharing a queue contend ([PI2 §2.3] measures UFS's single queue)."""
+    def model(q: int) -> FlashModel:
+        return FlashModel(DEVICE.model_copy(update={"storage": ST.model_copy(update={"command_queues": q})}))
+
+    fewer, more = model(queues).contention(issuers), model(queues + 1).contention(issuers)
+    assert more >= fewer
+    assert model(issuers).contention(issuers) == 1.0  # a queue each: no contention
+    single = model(1).contention(issuers)
+    assert single == pytest.approx(1.0 - ST.multi_issuer_penalty * (1.0 - 1.0 / issuers), rel=1e-12)
