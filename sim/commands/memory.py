@@ -55,7 +55,7 @@ def memory(
                       f"{row['share_of_budget']:.1%}")
     console = Console()
     for key in overrides:
-        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False)
+        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False, soft_wrap=True)
     console.print(table)
     console.print(f"neuron cache holds {plan.ffn_resident_fraction:.2%} of the FFN weights "
                   f"({format_bytes(plan.ffn_bytes)}); {plan.cache_neurons:,} neurons of "

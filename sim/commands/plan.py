@@ -51,6 +51,8 @@ def plan(
                     warmup_tokens=warmup_tokens, confirm=confirm, passes=passes, seed=seed, preset=preset,
                     workers=workers)
     result.overrides, result.set_args = overrides, typed
+    if overrides:  # the plan names the profiles the edits apply to, as a run is given them
+        result.device, result.model = device, model
     text = result.to_yaml()
     if out is not None:
         try:

@@ -38,17 +38,36 @@ def _plan_knobs(path: Path, strategy: str, run: dict[str, Any]) -> tuple[dict[st
         raise SimError(f"the plan's knobs are for the {made_for} strategy; this run uses {strategy} "
                        f"(pass --strategy {made_for})", source=str(path), field="strategy")
     parse_knobs(get_strategy(strategy), dict(knobs), source=f"{path}: knobs")
-    notes = [f"{key} {loaded[key]} (this run: {run[key]})" for key in ("device", "model", "memory_budget")
-             if key in loaded and str(loaded[key]) != str(run[key])]
     planned_edits = loaded.get("overrides") or {}
-    if planned_edits != run["overrides"]:  # the same phone name with other --set edits is another phone
-        notes.append(f"--set edits {_edits(planned_edits)} (this run: {_edits(run['overrides'])})")
+    hashes = loaded.get("profile_hashes")
+    notes = []
+    for kind in ("device", "model"):
+        if isinstance(hashes, dict) and kind in hashes:  # the profiles themselves, however they were edited
+            if hashes[kind] != run["hashes"][kind]:
+                notes.append(f"another {kind} profile: {loaded.get(kind)}{_edits(planned_edits, kind)} "
+                             f"(this run: {run[kind]}{_edits(run['overrides'], kind)})")
+        elif ((kind in loaded and str(loaded[kind]) != str(run[kind]))  # a plan without profile digests
+              or _edits(planned_edits, kind) != _edits(run["overrides"], kind)):
+            notes.append(f"{kind} {loaded.get(kind, run[kind])}{_edits(planned_edits, kind)} "
+                         f"(this run: {run[kind]}{_edits(run['overrides'], kind)})")
+    if "memory_budget" in loaded and str(loaded["memory_budget"]) != str(run["memory_budget"]):
+        notes.append(f"memory_budget {loaded['memory_budget']} (this run: {run['memory_budget']})")
     warnings = [f"{path} was planned for {', '.join(notes)}; its knobs are applied as they are"] if notes else []
     return knobs, warnings
 
 
-def _edits(overrides: dict[str, Any]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in overrides.items()) or "none"
+def _edits(overrides: dict[str, Any], kind: str) -> str:
+    mine = [f"{key}={value}" for key, value in overrides.items() if key.startswith(f"{kind}.")]
+    return f" with --set {', '.join(mine)}" if mine else ""
+
+
+def _profile_hashes(device: Any, model: Any) -> dict[str, str]:
+    """Digests of the profiles a run uses, as a plan records them (sim.explore.resolve.digest)."""
+    from sim.explore.resolve import digest
+    from sim.profiles.registry import load_device, load_model
+
+    return {"device": digest(load_device(device).model_dump(mode="json")),
+            "model": digest(load_model(model).model_dump(mode="json"))}
 
 
 def run(
@@ -97,19 +116,28 @@ def run(
     overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
     knobs: dict[str, Any] = {}
     plan_warnings: list[str] = []
+    device_ref, model_ref = with_overrides("device", device, overrides), with_overrides("model", model, overrides)
     if plan is not None:
         budget = memory_budget or (f"offload {offload}" if offload is not None else "the device's usable DRAM")
-        plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {"device": device, "model": model,
-                                                                 "memory_budget": budget, "overrides": overrides})
+        plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {
+            "device": device, "model": model, "memory_budget": budget, "overrides": overrides,
+            "hashes": _profile_hashes(device_ref, model_ref)})
         knobs.update(plan_knobs)
     knobs.update({key: value for key, value in settings.items() if key not in overrides})
-    device_ref, model_ref = with_overrides("device", device, overrides), with_overrides("model", model, overrides)
     preset = own_preset(model, overrides, trace, preset)
-    result = simulate(device_ref, model_ref, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
-                      offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
-                      decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
-                      policy=policy, seed=seed,
-                      mode=mode, knobs=knobs, timeline=timeline is not None or gantt is not None)
+    try:
+        result = simulate(device_ref, model_ref, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
+                          offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
+                          decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
+                          policy=policy, seed=seed,
+                          mode=mode, knobs=knobs, timeline=timeline is not None or gantt is not None)
+    except SimError as exc:  # a knob checked against the device: name where the user gave it
+        if exc.source is None and exc.field in knobs:
+            if exc.field in settings:
+                raise SimError(exc.detail, field=f"--set {exc.field}") from None
+            if plan is not None:
+                raise SimError(exc.detail, source=str(plan), field=f"knobs.{exc.field}") from None
+        raise
     result.summary["warnings"] = plan_warnings + list(result.summary.get("warnings", []))
     if timeline is not None:
         from sim.engine.timeline import write_perfetto
@@ -141,7 +169,7 @@ def _fmt(value: Any) -> str:
 def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> None:
     console = Console()
     for key in edits:  # a what-if says so before its figures, as it was typed
-        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False)
+        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False, soft_wrap=True)
     head = Table(title=f"{s['model']} on {s['device']} ({s['strategy']}, {s['mode']})", show_header=False)
     for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
                 "latency_ms_p99", "cache_hit_ratio", "cache_miss_ratio_mean", "cache_miss_ratio_p99",

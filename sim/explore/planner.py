@@ -79,6 +79,8 @@ class PlanResult:
     # profile edits the plan was made with (`sim plan --set`), and each as it was typed
     overrides: dict[str, Any] = field(default_factory=dict)
     set_args: dict[str, str] = field(default_factory=dict)
+    # digests of the (edited) profiles planned for: `sim run --plan` compares its own to them
+    profile_hashes: dict[str, str] = field(default_factory=dict)
 
     def plan_mapping(self) -> dict[str, Any]:
         """What ``sim run --plan FILE`` reads (``knobs``), plus the prediction and runner-ups."""
@@ -96,6 +98,7 @@ class PlanResult:
             "model": self.model,
             "memory_budget": self.memory_budget,
             **({"overrides": self.overrides} if self.overrides else {}),
+            **({"profile_hashes": self.profile_hashes} if self.profile_hashes else {}),
             "objective": self.objective,
             "knobs": self.resolved_knobs,
             "predicted": {**figures(self.best), "mode": "des", **self.settings},
@@ -261,7 +264,8 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
     return PlanResult(device if isinstance(device, str) else dev.name,
                       model if isinstance(model, str) else base_task["model"]["name"], memory_budget, objective,
                       best, default, runners,
-                      resolved, len(search.analytic), len(confirmed), settings)
+                      resolved, len(search.analytic), len(confirmed), settings,
+                      profile_hashes={"device": base_task["device_hash"], "model": base_task["model_hash"]})
 
 
 def _energy(c: Candidate) -> float:

@@ -170,7 +170,9 @@ def profile_with_overrides(kind: str, ref: Any, overrides: list[tuple[str, Any]]
             if label is not None:
                 raise SimError(f"{kind}.{label[0]} is not read by the simulation, so editing it would change no "
                                f"result: it is {label[1]}", field=key)
-            touched.append((key, apply_path(data, path, value, scale=scale, where=key)))
+            changed = apply_path(data, path, value, scale=scale, where=key)
+            _refuse_overlap(key, changed, touched)
+            touched.append((key, changed))
     name = data.get("name", ref)
     try:
         return validate(cls, data, f"{kind} {name}{suffix}")
@@ -220,7 +222,8 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
                 raise SimError("no such trace file", source=str(tpath), field="trace")
         trace = {"file": str(tpath.resolve()), "sha256": _file_hash(tpath)}
     else:
-        trace = preset_ref(run["preset"] or profiles["model"]["name"])
+        # the base model's preset: a model renamed by an axis keeps its own activations, as in sim run
+        trace = preset_ref(run["preset"] or resolver.profile_data("model", run["model"])["name"])
     run_resolved = {k: run[k] for k in run_options() if k not in _NOT_RUN}
     with _blame("memory_budget"):
         run_resolved["memory_budget"] = _budget(run_resolved["memory_budget"])
@@ -238,6 +241,18 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
     task["device_hash"] = digest(profiles["device"])
     task["model_hash"] = digest(profiles["model"])
     return task
+
+
+def _refuse_overlap(key: str, changed: list[str], touched: list[tuple[str, list[str]]]) -> None:
+    """Two edits of one field (a cluster by name and by index, a value and its :scale, a
+    section and a field in it) would make the result depend on their order: an error."""
+    for earlier, paths in touched:
+        for a in changed:
+            for b in paths:
+                sa, sb = a.split("."), b.split(".")
+                if sa[:len(sb)] == sb or sb[:len(sa)] == sa:
+                    raise SimError(f"changes {a}, which {earlier} changes too; give one edit per field",
+                                   field=key)
 
 
 def _override_for(kind: str, exc: SimError, touched: list[tuple[str, list[str]]]) -> tuple[str, str]:

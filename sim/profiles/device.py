@@ -112,7 +112,7 @@ class EfficiencyPoint(Strict):
 class Accelerator(Strict):
     """A GPU or NPU: a roofline (peak ops, bandwidth) scaled by a batch-efficiency curve."""
 
-    name: str
+    name: str = documentary("a label")
     fp16_tflops: float = Field(gt=0)
     int8_tops: float = Field(gt=0)
     mem_gbps: float = Field(gt=0)  # DRAM bandwidth this agent reaches alone
@@ -120,7 +120,8 @@ class Accelerator(Strict):
     launch_overhead_us: float = Field(ge=0)
     efficiency: list[EfficiencyPoint] = Field(min_length=1)
     # False: sparse (gathered-row) kernels run no faster than dense ones on this unit.
-    sparse_kernels: bool = False
+    sparse_kernels: bool = documentary("for gathered-row kernels on an accelerator, which no strategy runs yet",
+                                       False)
     active_w: float | None = Field(default=None, gt=0)
 
     @field_validator("efficiency")
@@ -193,7 +194,8 @@ class DeviceProfile(Strict):
     soc: str = documentary("a label", "")
     kind: Literal["phone", "laptop", "tablet"] = documentary("a label", "phone")
     cpu: CpuProfile
-    gpu: Accelerator | None = None
+    gpu: Accelerator | None = documentary("for a GPU strategy, which is not modelled yet (the modelled runs "
+                                          "decode on CPU and NPU; [FLASH]'s GPU runs are not among them)", None)
     npu: Accelerator | None = None
     dram: DramProfile
     storage: StorageProfile

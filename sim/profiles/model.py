@@ -29,7 +29,7 @@ class SparsitySpec(Strict):
     mean_active_fraction: float = Field(gt=0, le=1)
     # one fraction per layer when published, each in (0, 1] like the mean
     per_layer: list[Annotated[float, Field(gt=0, le=1)]] | None = None
-    source: str = Field(min_length=3)
+    source: str = documentary("a citation", min_length=3)
 
 
 class PredictorSpec(Strict):
@@ -42,7 +42,7 @@ class PredictorSpec(Strict):
     rank: int = Field(ge=1, le=65536)
     dtype: Literal["fp32", "fp16", "int8"] = "fp16"
     per_expert: bool = True
-    source: str = Field(min_length=3)
+    source: str = documentary("a citation", min_length=3)
 
     @property
     def bytes_per_weight(self) -> int:
@@ -75,7 +75,7 @@ class ModelProfile(Strict):
     # total parameters, billions, from the model card (the dimensions give the simulated sizes)
     published_params_b: float = documentary("the model card's figure, kept for reference (the dimensions "
                                      "give the simulated sizes)", gt=0)
-    source: str = Field(min_length=3)
+    source: str = documentary("a citation", min_length=3)
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelProfile:

@@ -94,19 +94,22 @@ def test_plan_for_an_edited_phone_records_its_edits_and_sim_run_reproduces_it(tm
     plan = yaml.safe_load(text)
     assert plan["overrides"] == {"device.cpu.clusters.big.cores": 3}
     assert "--set device.cpu.clusters.big.cores=3 --plan PLAN.yaml" in text.splitlines()[1]  # the use-it line
+    same_phone = ["--set", "device.cpu.clusters.0.cores=3"]  # the same edit, spelt by index: no warning
     run = ["run", *common, "--decode-tokens", "4", "--warmup-tokens", "2", "--plan", str(plan_file), "--json"]
     assert main([*run, *edit]) == 0
     same = json.loads(capsys.readouterr().out)
     assert same["decode_tokens_per_s"] == pytest.approx(plan["predicted"]["decode_tokens_per_s"], rel=1e-5)
     assert not same["warnings"]
+    assert main([*run, *same_phone]) == 0
+    assert not json.loads(capsys.readouterr().out)["warnings"]
     # on the unedited phone: a layout only the edited phone has is refused, any other one warns
     code = main(run)
     captured = capsys.readouterr()
     if plan["knobs"]["compute_cores"].count("big") > 1:
         assert code == 2 and "compute threads on big" in captured.err
     else:
-        assert code == 0 and any("--set edits device.cpu.clusters.big.cores=3 (this run: none)" in w
-                                 for w in json.loads(captured.out)["warnings"])
+        assert code == 0 and any("another device profile: oneplus-12 with --set device.cpu.clusters.big.cores=3 "
+                                 "(this run: oneplus-12)" in w for w in json.loads(captured.out)["warnings"])
 
 
 def test_plan_rejects_an_unreachable_speed(tmp_path, capsys):

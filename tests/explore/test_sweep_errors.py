@@ -47,6 +47,8 @@ def _files(folder) -> list[str]:
      "grid.model.sparsity.mean_active_fraction", "not read by the simulation, so editing it would change no result"),
     ({"base": base(), "grid": {"device.cpu.clusters.big.cores:scale": [1, 1.5]}},
      "grid.device.cpu.clusters.big.cores:scale", "must be an integer, got 1.5"),
+    ({"base": base(), "grid": {"device.cpu.clusters.big.cores": [1, 2], "device.cpu.clusters.0.cores": [3]}},
+     "grid.device.cpu.clusters.0.cores", "which device.cpu.clusters.big.cores changes too"),
 ])
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_bad_spec_values_stop_before_any_point_with_file_and_field(spec, field, message, dry_run, tmp_path, capsys):
@@ -248,3 +250,11 @@ def test_a_signal_that_lands_in_a_compiled_kernel_stops_the_sweep_not_the_point(
         worker.run_point({"id": "p"})
     monkeypatch.setattr(worker, "_simulate", lambda task: 1 / 0)
     assert worker.run_point({"id": "p"})["error"] == "ZeroDivisionError: division by zero"  # a real failure
+
+
+def test_a_renamed_model_keeps_its_own_preset_in_a_sweep_too():
+    from sim.explore.resolve import resolve_settings
+
+    task = resolve_settings({"model": "turbosparse-mixtral-47b", "model.name": "turbosparse-mistral-7b"})
+    assert task["model"]["name"] == "turbosparse-mistral-7b"
+    assert task["trace"]["preset"] == "turbosparse-mixtral-47b"  # not the other model's activations
