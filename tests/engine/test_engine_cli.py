@@ -254,7 +254,22 @@ SET_ERRORS = [
      "changes cpu.clusters.0.cores, which device.cpu.clusters.big.cores changes too"),
     (["device.storage.range_effect.*.factor=0.9", "device.storage.range_effect=[]"],
      "--set device.storage.range_effect", "give one edit per field"),
+    (["cluster_neurons='256'"], "--set cluster_neurons", "must be an integer, got '256'"),
+    (["cluster_neurons=256.0"], "--set cluster_neurons", "must be an integer, got 256.0"),
+    (["split_gate_read=1"], "--set split_gate_read", "must be a bool, got 1"),
 ]
+
+
+def test_knobs_are_strict_but_take_numpy_numbers():
+    """As profiles: a string or a float is not an integer knob; numpy scalars are the numbers they are."""
+    import numpy as np
+
+    from sim.engine.simulation import check_options
+
+    setup = check_options(knobs={"cluster_neurons": np.int64(256), "hot_share": np.float32(0.25),
+                                 "compute_cores": list(np.array(["big", "mid-hi"]))})
+    assert setup.knobs.cluster_neurons == 256 and type(setup.knobs.cluster_neurons) is int
+    assert setup.knobs.hot_share == 0.25 and setup.knobs.compute_cores == ["big", "mid-hi"]
 
 
 @pytest.mark.parametrize(("sets", "field", "text"), SET_ERRORS, ids=[" ".join(c[0])[:60] for c in SET_ERRORS])

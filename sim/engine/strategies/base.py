@@ -32,9 +32,21 @@ Event = Generator[Any, Any, Any]
 
 class Knobs(BaseModel):
     """Base of every strategy's knobs: unknown knobs are errors, and so are NaN, infinities and
-    an empty list of cores (which would silently mean the default)."""
+    an empty list of cores (which would silently mean the default).
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    Strict, as profiles are: ``cluster_neurons: "256"`` or ``256.5`` and ``split_gate_read:
+    "yes"`` are wrong types, not coerced; numpy scalars (a script looping over ``np.arange``)
+    are taken as the Python numbers they are.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _plain_numbers(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        return {key: _plain(value) for key, value in data.items()}
 
     @model_validator(mode="after")
     def _cores_named(self) -> Knobs:
@@ -134,6 +146,15 @@ def get_strategy(name: str) -> type[Strategy]:
         raise SimError(f"unknown strategy {name!r}; choose one of {', '.join(sorted(REGISTRY))}",
                        field="--strategy")
     return REGISTRY[name]
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar as the Python number it is (lists of them too); anything else unchanged."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
 
 
 def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--set") -> Knobs:
