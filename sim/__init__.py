@@ -7,6 +7,7 @@ simpy, numba and pandas)::
     device = sim.load_device("oneplus-12")
     result = sim.simulate(device, "turbosparse-mixtral-47b", "powerinfer2", offload=0.5)
     result.summary["decode_tokens_per_s"]
+    faster = sim.edit_device(device, {"cpu.clusters.big.cores": 3})  # a what-if, as `sim run --set`
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ _API = {
     "SimError": "sim.errors",
     "load_device": "sim.profiles.registry",
     "load_model": "sim.profiles.registry",
+    "edit_device": "sim.profiles.edits",
+    "edit_model": "sim.profiles.edits",
     "plan_memory": "sim.profiles.memory",
     "Trace": "sim.traces.format",
     "synth_trace": "sim.traces.synth",

@@ -49,7 +49,8 @@ def parse_sets(values: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
 def with_overrides(kind: str, ref: str, sets: dict[str, Any]) -> Any:
     """``ref`` itself, or the profile with the ``--set device.<path>=value`` (``model.``) overrides
     applied and validated: the sweep's profile axes, for one run."""
-    from sim.explore.resolve import Resolver, SettingError, profile_with_overrides
+    from sim.explore.resolve import Resolver, profile_with_overrides
+    from sim.profiles.edits import SettingError
 
     overrides = [(key, value) for key, value in sets.items() if key.startswith(f"{kind}.")]
     if not overrides:

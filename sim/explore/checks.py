@@ -24,10 +24,10 @@ import copy
 from typing import Any
 
 from sim.errors import SimError
-from sim.explore.paths import PATH_ERROR
-from sim.explore.resolve import OVERRIDES_SUFFIX, SettingError, canonical_json
+from sim.explore.resolve import OVERRIDES_SUFFIX, canonical_json
 from sim.explore.spec import Point
 from sim.explore.worker import error_text
+from sim.profiles.edits import PATH_ERROR, SettingError
 from sim.traces.format import Trace
 
 # Bytes of DRAM and of budget no model comes near: with them, capacity never decides a check.

@@ -10,27 +10,23 @@ the configuration columns of its result row.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import functools
 import hashlib
 import inspect
 import json
-import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
 
 from sim.errors import SimError
-from sim.explore.paths import apply_path
-from sim.profiles.validation import documentary_path, validate
+from sim.profiles.edits import SettingError, edited_profile
+from sim.profiles.edits import blame as _blame
 from sim.units import parse_size_or_percent
 
 NOT_SETTINGS = ("knobs", "timeline")  # knobs have their own keys; a timeline is not a result
 PROFILE_KINDS = ("device", "model")
-SCALE_SUFFIX = ":scale"
 
 
 def classify(key: str, source: str = "spec", where: str | None = None) -> str:
@@ -116,71 +112,19 @@ class Resolver:
         return p if p.is_absolute() else self.base_dir / p
 
 
-class SettingError(SimError):
-    """A point's settings do not resolve, and ``key`` is the setting to blame.
-
-    The key (``memory_budget``, ``knobs.hot_share``, ``device.storage.rand_read.*.gbps:scale``
-    ...) lets the sweep name the spec field to fix (``grid.memory_budget``) instead of an
-    engine option the user never typed.
-    """
-
-    def __init__(self, exc: SimError, key: str):
-        super().__init__(exc.detail, source=exc.source, field=exc.field)
-        self.key = key
-
-
-@contextlib.contextmanager
-def _blame(key: str) -> Iterator[None]:
-    """Tag a SimError raised inside the block with the setting that caused it."""
-    try:
-        yield
-    except SettingError:
-        raise
-    except SimError as exc:
-        raise SettingError(exc, key) from None
-
-
 OVERRIDES_SUFFIX = " with the point's overrides"
 
 
 def profile_with_overrides(kind: str, ref: Any, overrides: list[tuple[str, Any]], resolver: Resolver,
                            suffix: str = OVERRIDES_SUFFIX) -> BaseModel:
-    """Profile ``kind`` (a name, a YAML path or an object) with ``overrides`` applied in order.
-
-    Each override is ``(key, value)`` with ``key`` ``device.<field path>`` (or ``model.``),
-    ending in ``:scale`` to multiply the field(s) instead of setting them. The result is
-    validated as a file would be, so an override cannot produce a profile a file could
-    not; a SettingError names the override (or ``kind``, for the profile itself) to blame.
-    One mechanism for a sweep's axes and ``sim run --set``.
-    """
-    from sim.profiles.device import DeviceProfile
-    from sim.profiles.model import ModelProfile
-
-    cls = DeviceProfile if kind == "device" else ModelProfile
+    """Profile ``kind`` (a name, a YAML path or an object) with ``overrides`` applied in order
+    (:func:`sim.profiles.edits.edited_profile`): a sweep's profile axes and ``sim run --set``."""
     with _blame(kind):
         data = resolver.profile_data(kind, ref)
-    touched: list[tuple[str, list[str]]] = []  # each override with the concrete fields it changed
-    for key, value in overrides:
-        path = key.split(".", 1)[1]
-        scale = path.endswith(SCALE_SUFFIX)
-        if scale:
-            path = path[: -len(SCALE_SUFFIX)]
-        with _blame(key):
-            label = documentary_path(cls, path.split("."))
-            if label is not None:
-                raise SimError(f"{kind}.{label[0]} is not read by the simulation, so editing it would change no "
-                               f"result: it is {label[1]}", field=key)
-            changed = apply_path(data, path, value, scale=scale, where=key)
-            _refuse_overlap(key, changed, touched)
-            touched.append((key, changed))
-    name = data.get("name", ref)
-    try:
-        return validate(cls, data, f"{kind} {name}{suffix}")
-    except SimError as exc:
-        key, inner = _override_for(kind, exc, touched)
-        if inner:  # the edit set a whole section: say which field in it is wrong
-            exc = SimError(f"{inner}: {exc.detail}", source=exc.source, field=exc.field)
-        raise SettingError(exc, key) from None
+    return edited_profile(kind, data, overrides, suffix)
+
+
+
 
 
 def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None) -> dict[str, Any]:
@@ -241,48 +185,6 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
     task["device_hash"] = digest(profiles["device"])
     task["model_hash"] = digest(profiles["model"])
     return task
-
-
-def _refuse_overlap(key: str, changed: list[str], touched: list[tuple[str, list[str]]]) -> None:
-    """Two edits of one field (a cluster by name and by index, a value and its :scale, a
-    section and a field in it) would make the result depend on their order: an error."""
-    for earlier, paths in touched:
-        for a in changed:
-            for b in paths:
-                sa, sb = a.split("."), b.split(".")
-                if sa[:len(sb)] == sb or sb[:len(sa)] == sa:
-                    raise SimError(f"changes {a}, which {earlier} changes too; give one edit per field",
-                                   field=key)
-
-
-def _override_for(kind: str, exc: SimError, touched: list[tuple[str, list[str]]]) -> tuple[str, str]:
-    """The override behind a validation error of the edited profile, and the part of the error's
-    field path below what that override set ("" when it set the field itself).
-
-    In order: the last override that set the error's field or a section holding it; among
-    those that changed something inside the error's section (a check across its fields,
-    such as usable_bytes above total_bytes), the last whose field the message names, else
-    the last; the last whose field path the message names; a lone override; else the
-    profile as a whole (``kind``).
-    """
-    got = [s for s in (exc.field or "").split(".") if s and s != "(top level)"]
-    inside: list[tuple[str, str]] = []  # (key, leaf name) of edits below the error's section
-    for key, paths in reversed(touched):
-        for concrete in paths:
-            steps = concrete.split(".")
-            if len(steps) <= len(got) and got[:len(steps)] == steps:
-                return key, ".".join(got[len(steps):])
-            if steps[:len(got)] == got:
-                inside.append((key, steps[-1]))
-    tokens = re.findall(r"[\w.]+", exc.detail)
-    words = set(tokens) | {part for token in tokens for part in token.split(".")}
-    named = [key for key, leaf in inside if leaf in words]
-    if named or inside:
-        return (named or [key for key, _ in inside])[0], ""
-    for key, paths in reversed(touched):
-        if any(concrete in words for concrete in paths):
-            return key, ""
-    return (touched[0][0], "") if len(touched) == 1 else (kind, "")
 
 
 def preset_ref(name: str) -> dict[str, Any]:

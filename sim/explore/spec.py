@@ -63,8 +63,8 @@ import numpy as np
 from pydantic import Field
 
 from sim.errors import SimError
-from sim.explore.paths import PATH_ERROR
 from sim.explore.resolve import Resolver, classify, config_columns, digest, resolve_settings, version
+from sim.profiles.edits import PATH_ERROR
 from sim.profiles.validation import Strict, validate
 from sim.units import parse_bytes
 

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 import sim
 from sim.errors import SimError
-from sim.explore.paths import apply_path
 from sim.explore.spec import RangeAxis, SampleSpec, expand, sample_points, spec_from_mapping
+from sim.profiles.edits import apply_path
 from sim.profiles.registry import load_device
 
 
