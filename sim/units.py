@@ -26,7 +26,10 @@ def parse_bytes(text: str | int | float, *, source: str | None = None, field: st
     if isinstance(text, bool):
         raise SimError(f"expected {ALLOWED}, got {text!r}", source=source, field=field)
     if isinstance(text, int | float):
-        value, unit = float(text), ""
+        try:
+            value, unit = float(text), ""
+        except OverflowError:
+            raise SimError(f"is too large for a size, got {str(text)[:20]}...", source=source, field=field) from None
     else:
         match = _SIZE.match(str(text))
         if not match:

@@ -182,7 +182,7 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
     """Search the PowerInfer-2 knobs for ``model`` on ``device`` at ``memory_budget``."""
     from sim.engine.strategies.base import get_strategy
     from sim.explore.checks import check_task
-    from sim.profiles.registry import load_device
+    from sim.profiles.registry import load_device, load_model
 
     if objective not in OBJECTIVES:
         raise SimError(f"must be one of {', '.join(OBJECTIVES)}; got {objective!r}", field="--objective")
@@ -195,10 +195,10 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
                                          or not 0 < min_tokens_per_s < math.inf):
         raise SimError(f"must be a number > 0, got {min_tokens_per_s!r}", field="--min-tokens-per-s")
     dev = load_device(device)
-    base = {"device": device if isinstance(device, str) else dev.name, "model": model, "strategy": "powerinfer2",
+    # a name stays a name (the plan file names it); a path, a mapping or an object is the profile itself
+    base = {"device": device if isinstance(device, str) else dev,
+            "model": model if isinstance(model, str) else load_model(model), "strategy": "powerinfer2",
             "memory_budget": memory_budget, "warmup_tokens": warmup_tokens, "seed": seed, "preset": preset}
-    if isinstance(device, DeviceProfile):
-        base["device"] = device
     # Every run option, the trace and the budget's room, as `sim run` checks them, for both kinds of
     # evaluation (pruning and confirming), before the search starts.
     tasks = []

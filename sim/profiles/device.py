@@ -63,7 +63,7 @@ class CpuCluster(Strict):
     name: str = Field(pattern=r"^[A-Za-z][A-Za-z0-9_-]*$")
     core: str = documentary("a label (the micro-architecture, e.g. Cortex-X4)", "")
     cores: int = Field(ge=1, le=64)
-    freq_ghz: float = Field(gt=0, le=10)
+    freq_ghz: float = documentary("the datasheet's clock (the throughputs are what is simulated)", gt=0, le=10)
     # Dense fp32 GEMM throughput of one core (FMA lanes x 2 x GHz x achieved efficiency).
     fp32_gflops: float = Field(gt=0)
     # Integer dot-product throughput of one core (int8/int4 kernels, e.g. SDOT/SMMLA).
@@ -194,8 +194,9 @@ class DeviceProfile(Strict):
     soc: str = documentary("a label", "")
     kind: Literal["phone", "laptop", "tablet"] = documentary("a label", "phone")
     cpu: CpuProfile
-    gpu: Accelerator | None = documentary("for a GPU strategy, which is not modelled yet (the modelled runs "
-                                          "decode on CPU and NPU; [FLASH]'s GPU runs are not among them)", None)
+    # Read by no strategy yet (the modelled runs decode on CPU and NPU), but checked against the
+    # DRAM figures, so an edit that lowers those may need to lower it too.
+    gpu: Accelerator | None = None
     npu: Accelerator | None = None
     dram: DramProfile
     storage: StorageProfile

@@ -16,13 +16,18 @@ import copy
 import math
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from pydantic import BaseModel
 
 from sim.checks import shown
 from sim.errors import SimError
 from sim.profiles.validation import documentary_path, validate
+
+if TYPE_CHECKING:
+    from sim.profiles.device import DeviceProfile
+    from sim.profiles.model import ModelProfile
 
 SCALE_SUFFIX = ":scale"
 
@@ -43,19 +48,38 @@ def apply_path(data: dict[str, Any], path: str, value: Any, *, scale: bool = Fal
         if scale:
             parent[key] = _scaled(parent[key], value, where)
         else:
-            parent[key] = copy.deepcopy(value)
+            try:
+                parent[key] = copy.deepcopy(plain(value))
+            except Exception:  # a generator, a lock: not a value a profile field can hold
+                raise SimError(f"cannot use a {type(value).__name__} as a profile value", field=where) from None
     return [concrete for _, _, concrete in targets]
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars as the Python numbers they are, inside lists and mappings too (a script
+    looping over ``np.arange`` edits with them); anything else unchanged."""
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
 
 
 def _scaled(current: Any, factor: Any, where: str) -> int | float:
     """``current * factor``. A whole product of an integer stays an integer; any other stays a
     float, so an integer field (cores, layers) refuses 2.5 instead of rounding it silently,
     while a byte count (which may be fractional before rounding) and a float field keep it."""
+    factor = plain(factor)
     if isinstance(current, bool) or not isinstance(current, int | float):
         raise SimError(f"cannot scale a non-numeric field (value {shown(current)})", field=where)
     if isinstance(factor, bool) or not isinstance(factor, int | float):
         raise SimError(f"a :scale value must be a number, got {shown(factor)}", field=where)
-    product = float(current) * float(factor)
+    try:
+        product = float(current) * float(factor)
+    except OverflowError:
+        product = math.inf
     if not math.isfinite(product):
         raise SimError(f"scaling {shown(current)} by {shown(factor)} gives {product}; the result must be a "
                        "finite number", field=where)
@@ -77,11 +101,11 @@ def _walk(node: Any, steps: list[str], done: list[str], out: list[tuple[Any, Any
             keys = list(range(len(node)))
             if not keys:
                 raise SimError(f"* matches no entry: {here} is an empty list", field=where)
-        elif step.lstrip("-").isdigit():
+        elif re.fullmatch(r"-?[0-9]+", step):
             i = int(step)
             if not -len(node) <= i < len(node):
                 raise SimError(f"index {i} is out of range at {here} ({len(node)} entries)", field=where)
-            keys = [i]
+            keys = [i % len(node)]  # -1 is the last entry: one spelling, so two edits of it are seen
         else:
             keys = [i for i, item in enumerate(node) if isinstance(item, dict) and item.get("name") == step]
             if not keys:
@@ -158,34 +182,50 @@ def edited_profile(kind: str, data: dict[str, Any], overrides: list[tuple[str, A
         raise SettingError(exc, key) from None
 
 
-def edit_device(device: Any, edits: Mapping[str, Any]) -> BaseModel:
-    """``device`` (a name, a YAML path or a profile) with ``edits`` applied: a what-if in Python,
-    as ``sim run --set device.<path>=value`` is on the command line::
+def edit_device(device: Any, edits: Mapping[str, Any]) -> DeviceProfile:
+    """A device profile with ``edits`` applied: a what-if in Python, as ``sim run --set
+    device.<path>=value`` is on the command line, and the profile is not changed.
+
+    ``device``: a name, a YAML path, a profile or its mapping. ``edits`` maps field paths
+    (without the ``device.`` prefix) to values. A path walks mappings by key and lists by
+    index (``-1`` is the last), by ``*`` (every entry) or by an entry's ``name``; a path
+    ending in ``:scale`` multiplies the field(s) instead of setting them::
 
         phone = sim.edit_device("oneplus-12", {"cpu.clusters.big.cores": 3,
                                                "storage.rand_read.*.gbps:scale": 0.5})
+        sim.simulate(phone, "turbosparse-mixtral-47b")
+
+    The result is validated as a YAML file would be. Refused, as ``sim.SimError`` naming
+    the edit: a field the simulation never reads (labels, citations, published figures), two
+    edits of one field, an integer field scaled to a fraction, any value the schema refuses.
     """
     from sim.profiles.registry import load_device
 
-    return _edit("device", load_device(device), edits)
+    return _edit("device", load_device(device), edits)  # type: ignore[return-value]
 
 
-def edit_model(model: Any, edits: Mapping[str, Any]) -> BaseModel:
-    """``model`` (a name, a YAML path or a profile) with ``edits`` applied (see :func:`edit_device`)."""
+def edit_model(model: Any, edits: Mapping[str, Any]) -> ModelProfile:
+    """A model profile with ``edits`` applied, as :func:`edit_device` does for a device (paths
+    without the ``model.`` prefix, e.g. ``{"predictor.rank": 512, "n_layers:scale": 0.5}``)."""
     from sim.profiles.registry import load_model
 
-    return _edit("model", load_model(model), edits)
+    return _edit("model", load_model(model), edits)  # type: ignore[return-value]
 
 
 def _edit(kind: str, profile: BaseModel, edits: Mapping[str, Any]) -> BaseModel:
     if not isinstance(edits, Mapping) or not all(isinstance(k, str) and k for k in edits):
         raise SimError(f"must be a mapping of field paths to values, got {shown(edits)}", field="edits")
+    for key in edits:
+        if key.startswith(f"{kind}."):
+            raise SimError(f"give the path without the {kind}. prefix ({shown(key.split('.', 1)[1])})",
+                           field=f"edits[{shown(key)}]")
     try:
         return edited_profile(kind, profile.model_dump(mode="json"),
                               [(f"{kind}.{key}", value) for key, value in edits.items()], " with edits")
     except SettingError as exc:
-        raise SimError(exc.detail, source=exc.source if exc.key == kind else None,
-                       field=exc.field if exc.key == kind else f"edits[{exc.key.split('.', 1)[1]!r}]") from None
+        detail = exc.detail.replace(f"which {kind}.", "which ")  # the edits as the caller spelt them
+        raise SimError(detail, source=exc.source if exc.key == kind else None,
+                       field=exc.field if exc.key == kind else f"edits[{shown(exc.key.split('.', 1)[1])}]") from None
 
 
 def _refuse_overlap(key: str, changed: list[str], touched: list[tuple[str, list[str]]]) -> None:
@@ -212,6 +252,7 @@ def _override_for(kind: str, exc: SimError, touched: list[tuple[str, list[str]]]
     """
     got = [s for s in (exc.field or "").split(".") if s and s != "(top level)"]
     inside: list[tuple[str, str]] = []  # (key, leaf name) of edits below the error's section
+    inside_paths: list[tuple[str, str]] = []  # (key, concrete path) of the same edits
     for key, paths in reversed(touched):
         for concrete in paths:
             steps = concrete.split(".")
@@ -219,9 +260,11 @@ def _override_for(kind: str, exc: SimError, touched: list[tuple[str, list[str]]]
                 return key, ".".join(got[len(steps):])
             if steps[:len(got)] == got:
                 inside.append((key, steps[-1]))
+                inside_paths.append((key, concrete))
     tokens = re.findall(r"[\w.]+", exc.detail)
     words = set(tokens) | {part for token in tokens for part in token.split(".")}
-    named = [key for key, leaf in inside if leaf in words]
+    named = [key for key, path in inside_paths if path in tokens]  # a field the message names in full
+    named += [key for key, leaf in inside if leaf in words]
     if named or inside:
         return (named or [key for key, _ in inside])[0], ""
     for key, paths in reversed(touched):

@@ -112,6 +112,22 @@ def test_plan_for_an_edited_phone_records_its_edits_and_sim_run_reproduces_it(tm
                                  "(this run: oneplus-12)" in w for w in json.loads(captured.out)["warnings"])
 
 
+def test_plan_plans_the_profile_it_is_given_as_a_mapping_or_object(tmp_path):
+    """A mapping (or object) is the profile itself, not the bundled one of the same name."""
+    import sim
+    from sim.explore.resolve import digest
+
+    edited = sim.edit_device("oneplus-12", {"cpu.clusters.big.cores": 2})
+    kw = dict(memory_budget="302MB", preset=PRESET, prune_tokens=2, warmup_tokens=2, confirm_tokens=2, passes=1,
+              confirm=1)
+    model = str(write_model(tmp_path))
+    as_mapping = sim.plan(edited.model_dump(mode="json"), model, **kw)
+    as_object = sim.plan(edited, model, **kw)
+    want = digest(edited.model_dump(mode="json"))
+    assert as_mapping.profile_hashes["device"] == as_object.profile_hashes["device"] == want
+    assert as_mapping.default.tokens_per_s == as_object.default.tokens_per_s
+
+
 def test_plan_rejects_an_unreachable_speed(tmp_path, capsys):
     model = write_model(tmp_path)
     assert main(["plan", "--model", str(model), "--memory-budget", "302MB", "--preset", PRESET, "--prune-tokens",

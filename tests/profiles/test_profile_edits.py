@@ -34,8 +34,33 @@ def test_edited_profiles_run_and_change_the_prediction():
     ({"soc": "x"}, "edits['soc']", "not read by the simulation"),
     ({"cpu.clusters.big.cores": 2, "cpu.clusters.0.cores": 3}, "edits['cpu.clusters.0.cores']", "one edit per field"),
     ([("cpu.clusters.big.cores", 2)], "edits", "mapping of field paths"),
+    ({"cpu.clusters.little.cores": 3, "cpu.clusters.-1.cores": 2}, "edits['cpu.clusters.-1.cores']",
+     "one edit per field"),  # -1 is the last cluster: the same field
+    ({"cpu.mem_gbps:scale": 10**400}, "edits['cpu.mem_gbps:scale']", "finite"),
+    ({"dram.total_bytes": 10**400}, "edits['dram.total_bytes']", "too large"),
+    ({"cpu.clusters.\u00b2.cores": 2}, "edits['cpu.clusters.\u00b2.cores']", "no entry named"),
+    ({"storage.rand_read": (p for p in [1])}, "edits['storage.rand_read']", "cannot use a generator"),
+    ({"device.cpu.clusters.big.cores": 2}, "edits['device.cpu.clusters.big.cores']", "without the device. prefix"),
+    ({"cpu.mem_gbps": 100, "npu.mem_gbps": 30}, "edits['cpu.mem_gbps']", "exceeds dram.peak_gbps"),
 ])
 def test_bad_edits_are_one_line_errors_naming_the_edit(edits, field, text):
     with pytest.raises(sim.SimError) as info:
         sim.edit_device("oneplus-12", edits)
     assert info.value.field == field and text in str(info.value) and "\n" not in str(info.value)
+
+
+def test_numpy_scalars_are_numbers_in_edits():
+    import numpy as np
+
+    edited = sim.edit_device("oneplus-12", {"cpu.clusters.big.cores": np.int64(3),
+                                           "storage.rand_read.*.gbps:scale": np.float32(0.5)})
+    assert edited.cpu.cluster("big").cores == 3 and type(edited.cpu.cluster("big").cores) is int
+    assert edited.storage.rand_read[0].gbps == pytest.approx(0.5 * load_device("oneplus-12").storage.rand_read[0].gbps)
+
+
+def test_lowering_every_dram_bandwidth_together_is_possible():
+    """The GPU is read by no strategy, but its bandwidth is checked against DRAM's, so it is editable."""
+    half = {f"{part}:scale": 0.5 for part in ("dram.peak_gbps", "dram.combined_gbps", "cpu.mem_gbps",
+                                              "npu.mem_gbps", "gpu.mem_gbps")}
+    assert sim.edit_device("oneplus-12", half).dram.peak_gbps == pytest.approx(
+        0.5 * load_device("oneplus-12").dram.peak_gbps)
