@@ -173,7 +173,7 @@ def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> 
     head = Table(title=f"{s['model']} on {s['device']} ({s['strategy']}, {s['mode']})", show_header=False)
     for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
                 "latency_ms_p99", "cache_hit_ratio", "cache_miss_ratio_mean", "cache_miss_ratio_p99",
-                "flash_bytes_per_token", "energy_j_per_token"):
+                "flash_bytes_per_token", "dram_bytes_per_token", "energy_j_per_token"):
         if key in s:
             head.add_row(key, _fmt(s[key]))
     console.print(head)

@@ -13,7 +13,8 @@ from sim.profiles.memory import MemoryPlan
 
 
 def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, prefill_s: float,
-              prompt_tokens: int, busy_s: dict[str, float], warnings: list[str]) -> dict[str, Any]:
+              prompt_tokens: int, busy_s: dict[str, float], warnings: list[str],
+              decode_dram_bytes: float | None = None) -> dict[str, Any]:
     lat = tokens["latency_s"].to_numpy()
     decode_s = float(lat.sum())
     requests = int(tokens["requests"].sum())
@@ -40,8 +41,11 @@ def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, 
                                 if c.endswith("_s") and not c.startswith("busy_") and c != "latency_s"},
         "warnings": list(warnings) + _thrash_warning(hits, requests, plan),
     }
+    if decode_dram_bytes is not None and len(lat):
+        out["dram_bytes_per_token"] = decode_dram_bytes / len(lat)  # weights streamed from DRAM to compute
     if device.power is not None and busy_s:
-        out["energy_j_per_token"] = _energy_per_token(device, busy_s, decode_s, len(lat), tokens)
+        out["energy_j_per_token"] = _energy_per_token(device, busy_s, decode_s, len(lat), tokens,
+                                                      decode_dram_bytes or 0.0)
     return out
 
 
@@ -61,10 +65,11 @@ def _thrash_warning(hits: int, requests: int, plan: MemoryPlan) -> list[str]:
 
 
 def _energy_per_token(device: DeviceProfile, busy_s: dict[str, float], decode_s: float, n_tokens: int,
-                      tokens: pd.DataFrame) -> float:
-    """Busy time x active power per unit, plus idle power over the run (profile's figures)."""
+                      tokens: pd.DataFrame, dram_bytes: float) -> float:
+    """Busy time x active power per unit, idle power over the run, and DRAM traffic at the
+    profile's ``dram_w_per_gbps`` (W per GB/s is J per GB), all from the profile's figures."""
     assert device.power is not None
-    joules = device.power.idle_w * decode_s
+    joules = device.power.idle_w * decode_s + device.power.dram_w_per_gbps * dram_bytes / 1e9
     for unit, seconds in busy_s.items():
         if unit.startswith("cpu:") or unit.startswith("io"):
             name = unit.split(":", 1)[1].rstrip("0123456789")

@@ -339,3 +339,17 @@ def test_trace_of_another_model_with_the_same_shape_warns(files, tmp_path, capsy
     assert any("trace is of tiny-moe" in w and "tiny-moe-twin" in w for w in warnings), warnings
     assert main([*argv(files), "--json"]) == 0
     assert not any("trace is of" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+
+
+def test_energy_counts_dram_traffic_at_the_profiles_rate(files):
+    """energy = busy x active power + idle power + DRAM bytes x dram_w_per_gbps (J per GB)."""
+    import sim
+
+    kw = dict(trace=files["trace"], decode_tokens=6, warmup_tokens=4, prompt_tokens=8, offload=0.5)
+    with_dram = simulate("oneplus-12", files["model"], **kw).summary
+    no_dram = simulate(sim.edit_device("oneplus-12", {"power.dram_w_per_gbps": 0.0}), files["model"], **kw).summary
+    rate = sim.load_device("oneplus-12").power.dram_w_per_gbps
+    assert with_dram["dram_bytes_per_token"] > 0
+    assert with_dram["energy_j_per_token"] - no_dram["energy_j_per_token"] == pytest.approx(
+        rate * with_dram["dram_bytes_per_token"] / 1e9, rel=1e-9)
+    assert "dram_bytes_per_token" not in simulate("oneplus-12", files["model"], mode="analytic", **kw).summary
