@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sim.profiles.validation import ByteSize, Strict, documentary
+from sim.profiles.validation import MIN_RATE, ByteSize, Strict, documentary
 
 Positive = Field(gt=0)
 Fraction = Field(ge=0, le=1)
@@ -24,14 +24,14 @@ class CurvePoint(Strict):
     """One point of a throughput curve: requests of ``block`` bytes reach ``gbps`` GB/s."""
 
     block: ByteSize
-    gbps: float = Field(gt=0)
+    gbps: float = Field(ge=MIN_RATE)
 
 
 class RangePoint(Strict):
     """Random reads spread over ``span`` bytes of the device run at ``factor`` x nominal."""
 
     span: ByteSize
-    factor: float = Field(gt=0, le=1.5)
+    factor: float = Field(ge=MIN_RATE, le=1.5)
 
 
 def _sorted_blocks(points: list[CurvePoint]) -> list[CurvePoint]:
@@ -51,9 +51,9 @@ class KernelSpeed(Strict):
     every kernel runs at the calibrated rate.
     """
 
-    gemm: float = Field(1.0, gt=0, le=100)
-    dense_gemv: float = Field(1.0, gt=0, le=100)
-    sparse_gemv: float = Field(1.0, gt=0, le=100)
+    gemm: float = Field(1.0, ge=MIN_RATE, le=100)
+    dense_gemv: float = Field(1.0, ge=MIN_RATE, le=100)
+    sparse_gemv: float = Field(1.0, ge=MIN_RATE, le=100)
 
 
 class CpuCluster(Strict):
@@ -65,13 +65,13 @@ class CpuCluster(Strict):
     cores: int = Field(ge=1, le=64)
     freq_ghz: float = documentary("the datasheet's clock (the throughputs are what is simulated)", gt=0, le=10)
     # Dense fp32 GEMM throughput of one core (FMA lanes x 2 x GHz x achieved efficiency).
-    fp32_gflops: float = Field(gt=0)
+    fp32_gflops: float = Field(ge=MIN_RATE)
     # Integer dot-product throughput of one core (int8/int4 kernels, e.g. SDOT/SMMLA).
-    int8_gops: float = Field(gt=0)
+    int8_gops: float = Field(ge=MIN_RATE)
     # DRAM bandwidth one core can pull on its own streaming weights (GEMV is bound by it).
-    mem_gbps: float = Field(gt=0)
+    mem_gbps: float = Field(ge=MIN_RATE)
     # 4 KiB random-read throughput when this core issues the I/O (it runs the UFS driver).
-    io_4k_gbps: float = Field(gt=0)
+    io_4k_gbps: float = Field(ge=MIN_RATE)
     # Power while busy, for energy estimates (optional).
     active_w: float | None = Field(default=None, gt=0)
     # Per-kernel throughput relative to int8_gops / fp32_gflops (optional; see KernelSpeed).
@@ -81,7 +81,7 @@ class CpuCluster(Strict):
 class CpuProfile(Strict):
     clusters: list[CpuCluster] = Field(min_length=1)
     # Bandwidth all CPU cores together reach (measured); below the sum of per-core values.
-    mem_gbps: float = Field(gt=0)
+    mem_gbps: float = Field(ge=MIN_RATE)
 
     @field_validator("clusters")
     @classmethod
@@ -106,16 +106,16 @@ class EfficiencyPoint(Strict):
     """At ``batch`` rows per matrix product the unit reaches ``efficiency`` x its peak."""
 
     batch: int = Field(ge=1)
-    efficiency: float = Field(gt=0, le=1)
+    efficiency: float = Field(ge=MIN_RATE, le=1)
 
 
 class Accelerator(Strict):
     """A GPU or NPU: a roofline (peak ops, bandwidth) scaled by a batch-efficiency curve."""
 
     name: str = documentary("a label")
-    fp16_tflops: float = Field(gt=0)
-    int8_tops: float = Field(gt=0)
-    mem_gbps: float = Field(gt=0)  # DRAM bandwidth this agent reaches alone
+    fp16_tflops: float = Field(ge=MIN_RATE)
+    int8_tops: float = Field(ge=MIN_RATE)
+    mem_gbps: float = Field(ge=MIN_RATE)  # DRAM bandwidth this agent reaches alone
     # Fixed cost of each kernel launch (GPU) or graph switch / submission (NPU).
     launch_overhead_us: float = Field(ge=0)
     efficiency: list[EfficiencyPoint] = Field(min_length=1)
@@ -137,9 +137,9 @@ class DramProfile(Strict):
     type: str = documentary("a label", "")
     total_bytes: ByteSize
     usable_bytes: ByteSize  # what one app may hold before the OS kills it
-    peak_gbps: float = Field(gt=0)  # theoretical (channels x width x rate)
+    peak_gbps: float = Field(ge=MIN_RATE)  # theoretical (channels x width x rate)
     # Achieved bandwidth when several agents stream at once (measured, e.g. CPU+NPU).
-    combined_gbps: float = Field(gt=0)
+    combined_gbps: float = Field(ge=MIN_RATE)
 
     @model_validator(mode="after")
     def _usable_fits(self) -> DramProfile:

@@ -16,6 +16,11 @@ from sim.units import parse_bytes
 
 M = TypeVar("M", bound=BaseModel)
 
+# The least a throughput, bandwidth or speed factor may be: any positive float passes `gt=0`,
+# and a denormal one (1e-320 GB/s) divides to infinity in the engine. 1e-6 is far below any
+# real figure (1 KB/s, a millionth of the measured speed).
+MIN_RATE = 1e-6
+
 
 class Strict(BaseModel):
     """Base for profile sections: unknown keys are errors (they are usually typos)."""
