@@ -28,6 +28,7 @@ import numbers
 import shlex
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -81,6 +82,8 @@ class PlanResult:
     set_args: dict[str, str] = field(default_factory=dict)
     # digests of the (edited) profiles planned for: `sim run --plan` compares its own to them
     profile_hashes: dict[str, str] = field(default_factory=dict)
+    # profiles given as objects or mappings, which no command-line name reproduces
+    given_as_objects: tuple[str, ...] = ()
 
     def plan_mapping(self) -> dict[str, Any]:
         """What ``sim run --plan FILE`` reads (``knobs``), plus the prediction and runner-ups."""
@@ -109,11 +112,16 @@ class PlanResult:
     def to_yaml(self) -> str:
         preset = self.settings.get("preset")
         sets = "".join(f" --set {shlex.quote(f'{key}={text}')}" for key, text in self.set_args.items())
+        refs = {kind: "THE-PROFILE-YOU-PLANNED-FOR.yaml" if kind in self.given_as_objects else name
+                for kind, name in (("device", self.device), ("model", self.model))}
+        note = (f"# ({' and '.join(self.given_as_objects)} given as a profile object: save it as YAML, e.g. "
+                "yaml.safe_dump(profile.model_dump(mode='json')), to run it; the profile_hashes below tell "
+                "sim run --plan whether it is the same)\n") if self.given_as_objects else ""
         head = (f"# sim plan: {self.model} on {self.device} at memory budget {self.memory_budget} "
                 f"(objective {self.objective})\n"
-                f"# use it: sim run --device {self.device} --model {self.model} "
+                f"# use it: sim run --device {refs['device']} --model {refs['model']} "
                 f"--memory-budget {self.memory_budget}{f' --preset {preset}' if preset else ''}{sets} "
-                "--plan PLAN.yaml\n")
+                "--plan PLAN.yaml\n") + note
         return head + yaml.dump(self.plan_mapping(), Dumper=_PlanDumper, sort_keys=False, default_flow_style=False)
 
 
@@ -261,11 +269,15 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
     resolved = _spell_out(best.knobs, base_task, get_strategy("powerinfer2"), dev)
     settings = {"decode_tokens": confirm_tokens, "warmup_tokens": warmup_tokens, "seed": seed,
                 "prune_tokens": prune_tokens, **({"preset": preset} if preset else {})}
-    return PlanResult(device if isinstance(device, str) else dev.name,
-                      model if isinstance(model, str) else base_task["model"]["name"], memory_budget, objective,
+    def named(ref: Any, name: str) -> str:  # what a command line gives: the name, or the file's path
+        return ref if isinstance(ref, str) else str(ref) if isinstance(ref, Path) else name
+
+    return PlanResult(named(device, dev.name), named(model, base_task["model"]["name"]), memory_budget, objective,
                       best, default, runners,
                       resolved, len(search.analytic), len(confirmed), settings,
-                      profile_hashes={"device": base_task["device_hash"], "model": base_task["model_hash"]})
+                      profile_hashes={"device": base_task["device_hash"], "model": base_task["model_hash"]},
+                      given_as_objects=tuple(kind for kind, ref in (("device", device), ("model", model))
+                                             if not isinstance(ref, str | Path)))
 
 
 def _energy(c: Candidate) -> float:

@@ -126,6 +126,9 @@ def test_plan_plans_the_profile_it_is_given_as_a_mapping_or_object(tmp_path):
     want = digest(edited.model_dump(mode="json"))
     assert as_mapping.profile_hashes["device"] == as_object.profile_hashes["device"] == want
     assert as_mapping.default.tokens_per_s == as_object.default.tokens_per_s
+    text = as_object.to_yaml()  # its use-it line cannot name a bundled phone: it says what to pass
+    assert "--device THE-PROFILE-YOU-PLANNED-FOR.yaml" in text and "device given as a profile object" in text
+    assert f"--model {model} " in text  # a path stays the path
 
 
 def test_plan_rejects_an_unreachable_speed(tmp_path, capsys):
