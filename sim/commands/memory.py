@@ -27,7 +27,7 @@ def memory(
     context_tokens: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context-tokens", help="KV-cache length."),
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE",
-        help="Repeatable; VALUE is YAML, each KEY once. A profile field by its path as in sim run: device.<path> "
+        help="Repeatable; VALUE is YAML; one edit per field. A profile field by its path as in sim run: device.<path> "
              "or model.<path> (model.predictor.rank=512, device.dram.usable_bytes=12GB)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:

@@ -32,7 +32,7 @@ def plan(
     preset: str | None = typer.Option(None, "--preset", help="Synthetic-trace preset (default: the model's)."),
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE",
-        help="Repeatable; VALUE is YAML, each KEY once. A profile field by its path as in sim run (plan for a "
+        help="Repeatable; VALUE is YAML; one edit per field. A profile field by its path as in sim run (plan for a "
              "phone that does not exist yet): device.cpu.clusters.big.cores=3, "
              "device.storage.rand_read.*.gbps:scale=2. The plan records the edits."),
 ) -> None:

@@ -91,7 +91,7 @@ def run(
     plan: Path | None = typer.Option(None, "--plan", help="YAML of strategy knobs (e.g. from `sim plan`)."),
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE",
-        help="Repeatable; VALUE is YAML, each KEY once. A strategy knob (cluster_neurons=256; overrides --plan), "
+        help="Repeatable; VALUE is YAML; one edit per field. A strategy knob (cluster_neurons=256; overrides --plan), "
              "or a profile field by its path as in a sweep: device.<path> or model.<path>, list entries by name, "
              "index or * (device.cpu.clusters.big.cores=3), :scale to multiply "
              "(device.storage.rand_read.*.gbps:scale=2)."),
