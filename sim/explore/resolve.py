@@ -212,7 +212,10 @@ def version() -> str:
 # -- row columns ------------------------------------------------------------------------------------
 
 def cell(value: Any) -> Any:
-    """A DataFrame cell: scalars as they are, lists and mappings as compact JSON text."""
+    """A DataFrame cell: scalars as they are, lists and mappings as compact JSON text, a profile
+    object (an axis of edited phones, from Python) as its name and a digest of its fields."""
+    if isinstance(value, BaseModel):
+        return f"{getattr(value, 'name', type(value).__name__)}#{digest(value.model_dump(mode='json'), 8)}"
     if isinstance(value, list | dict | tuple):
         return json.dumps(value, separators=(",", ":"), sort_keys=True)
     return value

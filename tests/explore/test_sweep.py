@@ -170,3 +170,18 @@ def test_sigkill_at_random_points_then_restart_gives_the_uninterrupted_rows(tmp_
     assert result["point_id"].is_unique
     assert list(result["point_id"]) == list(reference["point_id"])
     pd.testing.assert_frame_equal(comparable(result), comparable(reference))
+
+
+def test_an_axis_of_profile_objects_is_labelled_by_name_and_digest(tmp_path):
+    """From Python, a grid may list edited phones: each row says which, readably."""
+    import sim
+
+    edited = sim.edit_device("oneplus-12", {"cpu.clusters.big.cores": 2})
+    spec = {"name": "objs", "base": {"model": "turbosparse-mistral-7b", "decode_tokens": 4, "warmup_tokens": 2,
+                                     "profile_tokens": 4, "mode": "analytic", "offload": 0.5},
+            "grid": {"device": [edited, "oneplus-12"]}}
+    rows = run_sweep(spec, tmp_path / "r.parquet", progress=False).results.set_index("device_hash")
+    assert len(rows) == 2
+    for device_hash, row in rows.iterrows():
+        assert row["device"] in ("oneplus-12", f"oneplus-12#{device_hash[:8]}")
+    assert rows["device"].str.contains("#").sum() == 1
