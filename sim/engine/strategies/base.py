@@ -23,6 +23,7 @@ from sim.engine.machine import Machine
 from sim.engine.workload import LayerWork
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
+from sim.profiles.edits import plain
 from sim.profiles.memory import MemoryPlan
 from sim.profiles.model import ModelProfile
 from sim.traces.format import TraceMeta
@@ -46,7 +47,7 @@ class Knobs(BaseModel):
     def _plain_numbers(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        return {key: _plain(value) for key, value in data.items()}
+        return {key: plain(value) for key, value in data.items()}
 
     @model_validator(mode="after")
     def _cores_named(self) -> Knobs:
@@ -146,15 +147,6 @@ def get_strategy(name: str) -> type[Strategy]:
         raise SimError(f"unknown strategy {name!r}; choose one of {', '.join(sorted(REGISTRY))}",
                        field="--strategy")
     return REGISTRY[name]
-
-
-def _plain(value: Any) -> Any:
-    """A numpy scalar as the Python number it is (lists of them too); anything else unchanged."""
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value
 
 
 def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--set") -> Knobs:
