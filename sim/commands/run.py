@@ -131,12 +131,12 @@ def run(
                           decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
                           policy=policy, seed=seed,
                           mode=mode, knobs=knobs, timeline=timeline is not None or gantt is not None)
-    except SimError as exc:  # a knob checked against the device: name where the user gave it
-        if exc.source is None and exc.field in knobs:
-            if exc.field in settings:
-                raise SimError(exc.detail, field=f"--set {exc.field}") from None
-            if plan is not None:
-                raise SimError(exc.detail, source=str(plan), field=f"knobs.{exc.field}") from None
+    except SimError as exc:  # a knob error: `--set KNOB: ...`, as a profile field's, or the plan file's
+        knob = exc.field.split(".")[0] if exc.field and exc.field != "(top level)" else None
+        if exc.source == "--set" or (exc.source is None and knob in knobs):
+            if knob is None or knob in settings or plan is None:
+                raise SimError(exc.detail, field=f"--set {exc.field}" if knob else "--set") from None
+            raise SimError(exc.detail, source=str(plan), field=f"knobs.{exc.field}") from None
         raise
     result.summary["warnings"] = plan_warnings + list(result.summary.get("warnings", []))
     if timeline is not None:

@@ -146,7 +146,8 @@ def blame(key: str) -> Iterator[None]:
 
 
 def edited_profile(kind: str, data: dict[str, Any], overrides: list[tuple[str, Any]], suffix: str) -> BaseModel:
-    """Profile ``kind`` from its dumped ``data`` with ``overrides`` applied in order.
+    """Profile ``kind`` from its dumped ``data`` (edited in place: pass a fresh dump) with
+    ``overrides`` applied in order.
 
     Each override is ``(key, value)`` with ``key`` ``device.<field path>`` (or ``model.``),
     ending in ``:scale`` to multiply the field(s) instead of setting them. The result is
@@ -157,7 +158,6 @@ def edited_profile(kind: str, data: dict[str, Any], overrides: list[tuple[str, A
     from sim.profiles.model import ModelProfile
 
     cls = DeviceProfile if kind == "device" else ModelProfile
-    data = copy.deepcopy(data)
     touched: list[tuple[str, list[str]]] = []  # each override with the concrete fields it changed
     for key, value in overrides:
         path = key.split(".", 1)[1]
@@ -251,20 +251,18 @@ def _override_for(kind: str, exc: SimError, touched: list[tuple[str, list[str]]]
     profile as a whole (``kind``).
     """
     got = [s for s in (exc.field or "").split(".") if s and s != "(top level)"]
-    inside: list[tuple[str, str]] = []  # (key, leaf name) of edits below the error's section
-    inside_paths: list[tuple[str, str]] = []  # (key, concrete path) of the same edits
+    inside: list[tuple[str, str]] = []  # (key, concrete path) of edits below the error's section
     for key, paths in reversed(touched):
         for concrete in paths:
             steps = concrete.split(".")
             if len(steps) <= len(got) and got[:len(steps)] == steps:
                 return key, ".".join(got[len(steps):])
             if steps[:len(got)] == got:
-                inside.append((key, steps[-1]))
-                inside_paths.append((key, concrete))
+                inside.append((key, concrete))
     tokens = re.findall(r"[\w.]+", exc.detail)
     words = set(tokens) | {part for token in tokens for part in token.split(".")}
-    named = [key for key, path in inside_paths if path in tokens]  # a field the message names in full
-    named += [key for key, leaf in inside if leaf in words]
+    named = [key for key, path in inside if path in tokens]  # a field the message names in full
+    named += [key for key, path in inside if path.rsplit(".", 1)[-1] in words]  # ... or by its last name
     if named or inside:
         return (named or [key for key, _ in inside])[0], ""
     for key, paths in reversed(touched):

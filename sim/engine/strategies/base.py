@@ -153,19 +153,11 @@ def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--se
     from sim.profiles.validation import validate
 
     known = cls.knobs_model.model_fields
-    # From the command line an error reads `--set KNOB: ...`, as a profile field's does.
-    flag = source == "--set"
     for key in values:
         if key not in known:  # name the strategy's knobs: the schema command lists profiles, not knobs
             raise SimError(f"unknown knob {key!r} of the {cls.name} strategy; its knobs: {', '.join(known)}",
-                           source=None if flag else source, field=f"--set {key}" if flag else str(key))
-    try:
-        return validate(cls.knobs_model, values, source)
-    except SimError as exc:
-        if not flag:
-            raise
-        where = "" if exc.field in (None, "(top level)") else f" {exc.field}"
-        raise SimError(exc.detail, field=f"--set{where}") from None
+                           source=source, field=str(key))
+    return validate(cls.knobs_model, values, source)
 
 
 def default_core_split(device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
