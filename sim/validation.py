@@ -21,6 +21,7 @@ from sim.profiles.yamlio import load_yaml_text
 RUN_KEYS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "policy", "preset",
             "prompt_tokens")
 DEFAULT_TOLERANCE = 0.15
+SPEEDUP = "speedup"  # the point's run against the same run with `baseline_knobs` (mean latency ratio)
 
 
 def published_path() -> str:
@@ -68,6 +69,10 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
     else:
         summary = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
                            knobs=point.get("knobs"), **kwargs).summary
+    if point["metric"] == SPEEDUP:  # a paper's "N x faster than <baseline>": latency ratio of two runs
+        baseline = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
+                            knobs=point.get("baseline_knobs"), **kwargs).summary
+        summary = {SPEEDUP: baseline["latency_ms_mean"] / summary["latency_ms_mean"]}
     predicted = metric_value(summary, point["metric"])
     published = float(point["published"])
     error = (predicted - published) / published

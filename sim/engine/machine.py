@@ -449,6 +449,15 @@ class Machine:
         bw = self.dram.agent_gbps(unit, agents)
         return accel_kernel_time_s(prof, weight_bytes, ops, bw, dtype, batch, launches)
 
+    def closed_accel(self, now: float, unit: str, weight_bytes: float, ops: float, dtype: str,
+                     batch: int = 1) -> float:
+        """:meth:`accel_job` inside a closed stretch started at ``now`` (the unit streams
+        alone): the time it ends, with the same busy time and traffic booked."""
+        end = now + self.accel_time_s(unit, weight_bytes, ops, dtype, frozenset({unit}), batch)
+        self.usage.dram_bytes += weight_bytes
+        self.usage.busy_s[unit] += end - now  # as accel_job's span books it
+        return end
+
     def accel_job(self, unit: str, name: str, weight_bytes: float, ops: float, dtype: str, batch: int = 1,
                   launches: int = 1) -> Event:
         res = self.npu if unit == "npu" else self.gpu

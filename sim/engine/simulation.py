@@ -26,7 +26,7 @@ from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine, Span, Usage
 from sim.engine.metrics import summarise
 from sim.engine.neuron_cache import check_timed_policy
-from sim.engine.strategies.base import RunContext, TokenStats, get_strategy, parse_knobs
+from sim.engine.strategies.base import UNIT_KNOBS, RunContext, TokenStats, get_strategy, parse_knobs
 from sim.engine.trace_replay import replayable
 from sim.engine.workload import check_trace_matches, iter_token_layers, popularity
 from sim.errors import SimError
@@ -187,6 +187,11 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
             raise
         # dense set no offload of its own: the model does not fit in DRAM at all
         raise SimError(f"the dense strategy keeps every weight in DRAM: {exc.detail}", field="--strategy") from None
+    for knob in UNIT_KNOBS:  # an accelerator named by a knob must be on the phone
+        unit = getattr(knob_values, knob, None)
+        if unit in ("gpu", "npu") and getattr(dev, unit) is None:
+            units = ", ".join(["cpu"] + [u for u in ("gpu", "npu") if getattr(dev, u) is not None])
+            raise SimError(f"{dev.name} has no {unit}; choose one of {units}", field=knob)
     compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
     compute = list(getattr(knob_values, "compute_cores", None) or compute)
     io = list(getattr(knob_values, "io_cores", None) or io)

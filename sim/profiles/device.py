@@ -119,9 +119,9 @@ class Accelerator(Strict):
     # Fixed cost of each kernel launch (GPU) or graph switch / submission (NPU).
     launch_overhead_us: float = Field(ge=0)
     efficiency: list[EfficiencyPoint] = Field(min_length=1)
-    # False: sparse (gathered-row) kernels run no faster than dense ones on this unit.
-    sparse_kernels: bool = documentary("for gathered-row kernels on an accelerator, which no strategy runs yet",
-                                       False)
+    # False: this unit has no fast gathered-row kernel, so a product over a subset of a
+    # matrix's rows costs the whole matrix there (llm-in-flash's predicted-row products).
+    sparse_kernels: bool = False
     active_w: float | None = Field(default=None, gt=0)
 
     @field_validator("efficiency")

@@ -13,7 +13,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, model_validator
@@ -29,6 +29,10 @@ from sim.profiles.model import ModelProfile
 from sim.traces.format import TraceMeta
 
 Event = Generator[Any, Any, Any]
+# Where a strategy's compute may run (a knob such as ``prefill_unit``): the CPU's compute
+# threads or one accelerator of the profile. check_options refuses a unit the device lacks.
+Unit = Literal["cpu", "gpu", "npu"]
+UNIT_KNOBS = ("prefill_unit", "decode_unit")
 
 
 class Knobs(BaseModel):

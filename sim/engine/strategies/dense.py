@@ -1,19 +1,21 @@
 """Dense in-memory inference: every weight in DRAM, every neuron computed (the reference).
 
 This is llama.cpp's behaviour when the model fits: decode streams all weights of the
-experts a token uses through the CPU threads; prefill runs on the CPU too.
+experts a token uses through the CPU threads; prefill runs on the CPU too, or on the GPU or
+NPU (``prefill_unit``), one call per layer over the whole prompt.
 """
 
 from __future__ import annotations
 
 from sim.engine.costs import Work
-from sim.engine.strategies.base import Event, Knobs, Strategy, TokenStats, register
+from sim.engine.strategies.base import Event, Knobs, Strategy, TokenStats, Unit, register
 from sim.engine.workload import LayerWork
 
 
 class DenseKnobs(Knobs):
     compute_cores: list[str] | None = None
     io_cores: list[str] | None = None
+    prefill_unit: Unit = "cpu"  # llama.cpp's CPU backend; "gpu" as [PI2 §2.3]'s GPU prefill
 
 
 @register
@@ -46,9 +48,13 @@ class Dense(Strategy):
 
     def prefill(self, stats: TokenStats) -> Event:
         m, costs, dtype, p = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.prompt_tokens
+        unit = self.knobs.prefill_unit
         for _ in range(self.ctx.model.n_layers):
             w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
-            yield from m.cpu_parallel("prefill", w.weight_bytes, w.ops, dtype, kernel="gemm")
+            if unit == "cpu":
+                yield from m.cpu_parallel("prefill", w.weight_bytes, w.ops, dtype, kernel="gemm")
+            else:
+                yield from m.accel_job(unit, "prefill", w.weight_bytes, w.ops, dtype, batch=p)
         w = costs.lm_head()
         yield from m.cpu_parallel("lm_head", w.weight_bytes, w.ops, dtype)
 

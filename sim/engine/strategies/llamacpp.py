@@ -14,7 +14,8 @@ weights divided by the chunk size. Faults are synchronous: the faulting compute 
 each wait for one read (of read-ahead size, sequential within the file) before they
 compute, so I/O never overlaps compute. Compute runs on the CPU exactly as in
 :mod:`~sim.engine.strategies.dense`, so with a budget that holds the model the two agree.
-Prefill runs on the CPU too, after faulting in each layer's whole weights.
+Prefill runs on the CPU too (or on the GPU or NPU: ``prefill_unit``), after faulting in
+each layer's whole weights.
 """
 
 from __future__ import annotations
@@ -26,8 +27,17 @@ from pydantic import Field
 
 from sim.cache import make_policy
 from sim.engine.neuron_cache import timed_policy_options
-from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, default_core_split, register
-from sim.engine.strategies.serial import Step, cpu, read, run_steps, steps_time_s
+from sim.engine.strategies.base import (
+    Event,
+    Knobs,
+    RunContext,
+    Strategy,
+    TokenStats,
+    Unit,
+    default_core_split,
+    register,
+)
+from sim.engine.strategies.serial import Step, compute, cpu, read, run_steps, steps_time_s
 from sim.engine.workload import LayerWork
 from sim.profiles.device import DeviceProfile
 
@@ -40,6 +50,7 @@ class LlamaCppKnobs(Knobs):
     io_cores: list[str] | None = None  # threads that fault, one cluster name each; default: the compute threads
     readahead_bytes: int = Field(LINUX_READAHEAD_BYTES, ge=4096)  # Linux/Android default read_ahead_kb = 128
     policy: str = "lru"  # the page cache: Linux approximates LRU with its active/inactive lists
+    prefill_unit: Unit = "cpu"  # llama.cpp's CPU backend
 
 
 class FileLayout:
@@ -176,7 +187,9 @@ class LlamaCpp(Strategy):
         for layer in range(ctx.model.n_layers):
             faults = self._touch(self.layout.whole_layer(layer), -1, stats)
             w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
-            steps += [self._fault(faults), cpu("prefill_s", "prefill", w.weight_bytes, w.ops, dtype, kernel="gemm")]
+            prefill = compute(self.knobs.prefill_unit, "prefill_s", "prefill", w.weight_bytes, w.ops, dtype, batch=p,
+                              kernel="gemm")
+            steps += [self._fault(faults), prefill]
         w = costs.lm_head()
         steps += [self._fault(self._touch(self.layout.lm_head, -1, stats)),
                   cpu("lm_head_s", "lm_head", w.weight_bytes, w.ops, dtype)]

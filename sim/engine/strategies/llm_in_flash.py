@@ -24,8 +24,16 @@ slice of every layer, which is what "hybrid: half of the model resident" means);
 per token); ``bundling: false`` reads each matrix's row separately.
 
 With a budget that holds the whole FFN nothing is loaded and the predicted rows are
-computed from resident weights. Prefill runs on the CPU, layer by layer: read what is
-not resident, then compute.
+computed from resident weights. Prefill runs layer by layer: read what is not resident,
+then compute.
+
+[FLASH] runs on the CPU and on the GPU: ``decode_unit`` and ``prefill_unit`` move every
+compute step (attention, predictor, the preallocated matrix's product, LM head) to the
+GPU (or NPU), one call each at the unit's batch-1 (decode) or prompt-batch (prefill)
+efficiency. A product over predicted rows picked out of resident weights (in memory, or
+``compute_rows: predicted``) costs the whole matrix on a unit whose profile says it has no
+gathered-row kernels (``sparse_kernels: false``). Memory management stays on the CPU: the rows are copied in shared DRAM
+before the unit reads them (unified memory on both the M1 Max and the phones).
 """
 
 from __future__ import annotations
@@ -38,10 +46,19 @@ from pydantic import Field
 
 from sim.cache import make_policy
 from sim.engine.neuron_cache import timed_policy_options
-from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, default_core_split, register
-from sim.engine.strategies.serial import Step, cpu, read, run_steps, spread_threads, steps_time_s
+from sim.engine.strategies.base import (
+    Event,
+    Knobs,
+    RunContext,
+    Strategy,
+    TokenStats,
+    Unit,
+    default_core_split,
+    register,
+)
+from sim.engine.strategies.serial import Step, compute, cpu, read, run_steps, spread_threads, steps_time_s
 from sim.engine.workload import LayerWork
-from sim.profiles.device import DeviceProfile
+from sim.profiles.device import Accelerator, DeviceProfile
 
 # [FLASH §4]: "we use 32 threads" to read from flash (parallel reads raise SSD throughput).
 FLASH_IO_THREADS = 32
@@ -62,6 +79,8 @@ class LlmInFlashKnobs(Knobs):
     memcpy_threads: int | None = Field(None, ge=1)
     dense_read_block_bytes: int | None = Field(None, ge=4096)  # None: largest block the profile measured
     policy: str = "window"  # [FLASH §3.1] sliding window; any sim.cache policy can stand in
+    decode_unit: Unit = "cpu"  # [FLASH] Table 3 is the CPU; its GPU runs put every product on the GPU
+    prefill_unit: Unit = "cpu"
 
 
 @register
@@ -168,10 +187,12 @@ class LlmInFlash(Strategy):
         attn = costs.attention(context_tokens) + costs.router()
         if not k.hybrid:
             steps.append(self._dense_read("io_s", "attention-read", costs.attention(0).weight_bytes))
-        steps.append(cpu("attention_s", "attention", attn.weight_bytes, attn.ops, dtype))
+        unit = k.decode_unit
+        steps.append(compute(unit, "attention_s", "attention", attn.weight_bytes, attn.ops, dtype))
         if k.predictor:
             w = costs.predictor()
-            steps.append(cpu("predictor_s", "predictor", w.weight_bytes, w.ops, self.ctx.model.predictor.dtype))
+            steps.append(compute(unit, "predictor_s", "predictor", w.weight_bytes, w.ops,
+                                 self.ctx.model.predictor.dtype))
         loaded, rows, moved, dense_bytes = self._layer_plan(work, t, stats)
         if dense_bytes:
             steps.append(self._dense_read("io_s", "ffn-read", dense_bytes))
@@ -181,35 +202,45 @@ class LlmInFlash(Strategy):
         if moved:  # memcpy: every byte is read once and written once
             steps.append(cpu("memory_management_s", "memory-management", 2 * moved * self.row_bytes, 0, dtype,
                              threads=k.memcpy_threads))
-        w = costs.neurons(rows)
         # The compact matrix is one dense product; predicted rows picked out of resident
-        # weights are a gathered (sparse) product.
+        # weights are a gathered (sparse) product, which a unit without gathered-row kernels
+        # runs as the product over every row of the chosen experts.
         dense = k.compute_rows == "window" and not self.all_resident
-        steps.append(cpu("ffn_s", "ffn", w.weight_bytes, w.ops, dtype, kernel="dense_gemv" if dense else "sparse_gemv"))
+        if not dense and unit != "cpu" and not self._accelerator(unit).sparse_kernels:
+            rows = self.ctx.model.top_k * self.ctx.model.ffn_dim
+        w = costs.neurons(rows)
+        steps.append(compute(unit, "ffn_s", "ffn", w.weight_bytes, w.ops, dtype,
+                             kernel="dense_gemv" if dense else "sparse_gemv"))
         return steps
 
-    def _head_steps(self) -> list[Step]:
+    def _accelerator(self, unit: str) -> Accelerator:
+        acc = self.ctx.device.npu if unit == "npu" else self.ctx.device.gpu
+        assert acc is not None  # check_options refuses a unit the phone lacks
+        return acc
+
+    def _head_steps(self, unit: str) -> list[Step]:
         w = self.ctx.costs.lm_head()
         steps = [] if self.k.hybrid else [self._dense_read("io_s", "lm-head-read", w.weight_bytes)]
-        return [*steps, cpu("lm_head_s", "lm_head", w.weight_bytes, w.ops, self.ctx.dtype)]
+        return [*steps, compute(unit, "lm_head_s", "lm_head", w.weight_bytes, w.ops, self.ctx.dtype)]
 
     def _token_steps(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> list[Step]:
         steps = [s for work in layers for s in self._layer_steps(work, t, context_tokens, stats)]
-        return steps + self._head_steps()
+        return steps + self._head_steps(self.k.decode_unit)
 
     # -- decode / prefill / analytic -----------------------------------------------------------
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
         m = self.ctx.machine
         for work in layers:  # plan each layer when it runs: the window moves layer by layer
             yield from run_steps(m, self._layer_steps(work, t, context_tokens, stats), stats)
-        yield from run_steps(m, self._head_steps(), stats)
+        yield from run_steps(m, self._head_steps(self.k.decode_unit), stats)
 
     def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
         t = self.last_token + 1  # analytic tokens follow the warm-up tokens, as in the DES
         return steps_time_s(self.ctx.machine, self._token_steps(t, layers, context_tokens, stats), stats)
 
     def prefill(self, stats: TokenStats) -> Event:
-        """CPU prefill, per layer: read every non-resident weight of the layer, then compute."""
+        """Prefill, per layer: read every non-resident weight of the layer, then compute (on
+        ``prefill_unit``); the LM head runs for the last token, on ``decode_unit``."""
         ctx, costs, model = self.ctx, self.ctx.costs, self.ctx.model
         p, dtype = ctx.prompt_tokens, ctx.dtype
         steps: list[Step] = []
@@ -224,6 +255,8 @@ class LlmInFlash(Strategy):
             attn = costs.attention(p, batch=p)
             kv_bytes = attn.weight_bytes - costs.attention(0).weight_bytes
             ops = attn.ops + costs.dense_ffn(batch=p).ops
-            steps.append(cpu("prefill_s", "prefill", costs.layer_weight_bytes() + kv_bytes, ops, dtype, kernel="gemm"))
-        steps += self._head_steps()
+            weights = costs.layer_weight_bytes() + kv_bytes
+            unit = self.k.prefill_unit
+            steps.append(compute(unit, "prefill_s", "prefill", weights, ops, dtype, batch=p, kernel="gemm"))
+        steps += self._head_steps(self.k.decode_unit)
         yield from run_steps(ctx.machine, steps, stats)

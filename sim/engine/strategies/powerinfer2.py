@@ -13,7 +13,8 @@ Decode, per layer [PI2 §4-5]:
    other clusters; resident clusters are scheduled first so compute starts at once.
 
 Prefill runs on the NPU over all prompt tokens, one layer at a time, while a big core
-prefetches the next layer's non-resident FFN weights with large sequential reads.
+prefetches the next layer's non-resident FFN weights with large sequential reads
+(``prefill_unit`` moves it to the GPU or the CPU; a phone without an NPU prefills on the CPU).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
 from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
-from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, register
+from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, Unit, register
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
 
@@ -41,8 +42,16 @@ class PowerInfer2Knobs(Knobs):
     hot_share: float = Field(0.5, ge=0, le=1)  # share of the neuron cache in the hot region
     policy: str = "lru"  # cold region [PI2 §4.3]: neuron-level LRU
     split_gate_read: bool = True  # [PI2 §4.4]: Gate first, Up/Down only if the gate fired
-    prefill_on_npu: bool = True  # [PI2 §4.1]
+    prefill_on_npu: bool = True  # [PI2 §4.1]; false: prefill on the CPU (as prefill_unit: cpu)
+    # None: the NPU when prefill_on_npu and the phone has one, else the CPU
+    prefill_unit: Unit | None = None
     prefill_block_bytes: int = Field(512 * 1024, ge=4096)  # sequential prefetch reads
+
+    @model_validator(mode="after")
+    def _one_prefill_unit(self) -> PowerInfer2Knobs:
+        if self.prefill_unit == "npu" and not self.prefill_on_npu:
+            raise ValueError("prefill_on_npu: false contradicts prefill_unit: npu; set only prefill_unit")
+        return self
 
 
 @dataclass(frozen=True)
@@ -332,7 +341,7 @@ class PowerInfer2(Strategy):
         ctx, m = self.ctx, self.ctx.machine
         env, costs, model = m.env, ctx.costs, ctx.model
         p = ctx.prompt_tokens
-        unit = "npu" if (self.k.prefill_on_npu and ctx.device.npu is not None) else None
+        unit = self.k.prefill_unit or ("npu" if (self.k.prefill_on_npu and ctx.device.npu is not None) else "cpu")
         offload = ctx.plan.offload_fraction
         layer_ffn_flash = model.n_experts * model.ffn_dim * self.bundle.flash_bytes
         read_bytes = int(offload * layer_ffn_flash)
@@ -353,7 +362,7 @@ class PowerInfer2(Strategy):
             yield ready[layer]
             ops = attn.ops + per_token_ffn.ops * p
             weights = costs.layer_weight_bytes()
-            if unit:
+            if unit != "cpu":
                 yield from m.accel_job(unit, "prefill", weights, ops, ctx.dtype, batch=p)
             else:
                 yield from m.cpu_parallel("prefill", weights, ops, ctx.dtype, kernel="gemm")

@@ -2,8 +2,8 @@
 
 LLM in a Flash loads a layer's neurons and only then computes it [FLASH §3], and
 llama.cpp's page faults stall the faulting threads [mmap]; neither overlaps I/O with
-compute. Such a token is a list of steps (a CPU phase on the compute threads or a batch
-of flash reads from several issuing threads), so the discrete-event run and the
+compute. Such a token is a list of steps (a CPU phase on the compute threads, a call on
+the GPU or NPU, or a batch of flash reads from several issuing threads), so the discrete-event run and the
 analytic closed form charge exactly the same work: the DES replays the steps through
 :class:`~sim.engine.machine.Machine`, the analytic mode adds up their service times.
 With nothing running concurrently the two agree exactly, which a test holds.
@@ -19,7 +19,8 @@ from sim.engine.strategies.base import Event, TokenStats
 
 @dataclass(frozen=True)
 class Step:
-    """One CPU phase (``kind="cpu"``) or one batch of flash reads (``kind="read"``)."""
+    """One CPU phase (``kind="cpu"``), one accelerator call (``kind="accel"`` on ``unit``, a
+    batch of ``batch`` rows) or one batch of flash reads (``kind="read"``)."""
 
     phase: str  # per-token column it is charged to, e.g. "io_s"
     kind: str
@@ -33,6 +34,8 @@ class Step:
     block_bytes: int = 0
     sequential: bool = False
     span_bytes: int | None = None
+    unit: str = "cpu"  # "npu" or "gpu" for an accelerator call
+    batch: int = 1
 
     @property
     def empty(self) -> bool:
@@ -44,6 +47,15 @@ class Step:
 def cpu(phase: str, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
         kernel: str = "dense_gemv") -> Step:
     return Step(phase, "cpu", name, weight_bytes=weight_bytes, ops=ops, dtype=dtype, threads=threads, kernel=kernel)
+
+
+def compute(unit: str, phase: str, name: str, weight_bytes: float, ops: float, dtype: str, *, batch: int = 1,
+            threads: int | None = None, kernel: str = "dense_gemv") -> Step:
+    """A compute step on ``unit``: the CPU's compute threads (``threads``, ``kernel``) or one
+    call on the NPU or GPU at ``batch`` rows per product (its profile's efficiency curve)."""
+    if unit == "cpu":
+        return cpu(phase, name, weight_bytes, ops, dtype, threads=threads, kernel=kernel)
+    return Step(phase, "accel", name, weight_bytes=weight_bytes, ops=ops, dtype=dtype, unit=unit, batch=batch)
 
 
 def read(phase: str, name: str, n_requests: int, block_bytes: int, *, sequential: bool = False,
@@ -70,6 +82,8 @@ def run_steps(m: Machine, steps: list[Step], stats: TokenStats) -> Event:
             if step.kind == "cpu":
                 now = now + m.closed_cpu(step.weight_bytes, step.ops, step.dtype, threads=step.threads,
                                          kernel=step.kernel)
+            elif step.kind == "accel":
+                now = m.closed_accel(now, step.unit, step.weight_bytes, step.ops, step.dtype, batch=step.batch)
             else:
                 now = now + m.closed_read(now, step.n_requests, step.block_bytes, sequential=step.sequential,
                                           span_bytes=step.span_bytes, issuers=len(m.io_threads), blocking=True)
@@ -85,6 +99,8 @@ def run_steps(m: Machine, steps: list[Step], stats: TokenStats) -> Event:
         if step.kind == "cpu":
             yield from m.cpu_parallel(step.name, step.weight_bytes, step.ops, step.dtype, threads=step.threads,
                                       kernel=step.kernel)
+        elif step.kind == "accel":
+            yield from m.accel_job(step.unit, step.name, step.weight_bytes, step.ops, step.dtype, batch=step.batch)
         else:
             yield from m.read(step.name, step.n_requests, step.block_bytes, sequential=step.sequential,
                               span_bytes=step.span_bytes, issuers=len(m.io_threads), blocking=True)
@@ -103,6 +119,9 @@ def steps_time_s(m: Machine, steps: list[Step], stats: TokenStats) -> float:
         if step.kind == "cpu":
             seconds = m.parallel_time_s(step.weight_bytes, step.ops, step.dtype, cpu_agents, threads=step.threads,
                                         kernel=step.kernel)
+        elif step.kind == "accel":
+            seconds = m.accel_time_s(step.unit, step.weight_bytes, step.ops, step.dtype, frozenset({step.unit}),
+                                     batch=step.batch)
         else:
             seconds = m.flash.parallel_batch_time_s(step.n_requests, step.block_bytes, io_cores,
                                                     sequential=step.sequential, span_bytes=step.span_bytes,
