@@ -64,6 +64,9 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
     from sim.engine.simulation import simulate
 
     kwargs = {k: point[k] for k in RUN_KEYS if k in point}
+    if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict):
+        raise SimError(f"point {point['id']!r}: a speedup needs baseline_knobs (the run it is faster than)",
+                       source="published.yaml", field="baseline_knobs")
     if point.get("kind") == "memory":  # a DRAM breakdown: `sim memory`'s plan, no run needed
         summary = {"memory": _memory_summary(kwargs)}
     else:

@@ -194,7 +194,7 @@ class DeviceProfile(Strict):
     soc: str = documentary("a label", "")
     kind: Literal["phone", "laptop", "tablet"] = documentary("a label", "phone")
     cpu: CpuProfile
-    # Read by no strategy yet (the modelled runs decode on CPU and NPU), but checked against the
+    # Runs what the strategies' prefill_unit / decode_unit knobs put on it; checked against the
     # DRAM figures, so an edit that lowers those may need to lower it too.
     gpu: Accelerator | None = None
     npu: Accelerator | None = None

@@ -91,9 +91,10 @@ def test_a_unit_the_phone_lacks_is_refused_naming_the_knob():
     assert err.value.field == "decode_unit"
 
 
-def test_contradicting_prefill_knobs_are_refused():
-    with pytest.raises(SimError, match="prefill_on_npu: false contradicts prefill_unit: npu"):
+def test_contradicting_prefill_knobs_are_refused_naming_the_unit():
+    with pytest.raises(SimError, match="prefill_on_npu: false contradicts prefill_unit: npu") as err:
         run("powerinfer2", {"prefill_unit": "npu", "prefill_on_npu": False})
+    assert "prefill_unit" in str(err.value.field)
 
 
 def test_cli_names_the_knob_in_one_line(capsys):
@@ -127,3 +128,21 @@ def test_predicted_rows_cost_the_whole_matrix_on_a_unit_without_gathered_row_ker
     predicted_share = dense_gpu.tokens["requests"].sum() / (len(dense_gpu.tokens) * m.n_layers * m.top_k * m.ffn_dim)
     assert ratio > 1.5 and predicted_share < 0.6
     np.testing.assert_allclose(dense_gpu.tokens["attention_s"], sparse_gpu.tokens["attention_s"], rtol=1e-9)
+
+
+def test_offloaded_predicted_rows_on_such_a_unit_cost_the_window_not_weights_left_on_flash():
+    """With half the FFN on flash, a unit without gathered-row kernels multiplies the matrix
+    that holds the predicted rows (the window's), never rows that were not loaded."""
+    window = run("llm-in-flash", GPU_FLASH)
+    predicted = run("llm-in-flash", {**GPU_FLASH, "compute_rows": "predicted"})
+    np.testing.assert_array_equal(window.tokens["ffn_s"], predicted.tokens["ffn_s"])
+    assert window.summary["flash_bytes_per_token"] > 0
+
+
+def test_a_speedup_point_without_its_baseline_is_refused():
+    from sim import validation
+
+    point = {"id": "x", "source": "s", "device": "oneplus-12", "model": "turbosparse-mistral-7b",
+             "strategy": "llm-in-flash", "metric": "speedup", "published": 2.0}
+    with pytest.raises(SimError, match="a speedup needs baseline_knobs"):
+        validation.run_point(point, decode_tokens=2, warmup_tokens=0)

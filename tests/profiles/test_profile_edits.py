@@ -59,7 +59,7 @@ def test_numpy_scalars_are_numbers_in_edits():
 
 
 def test_lowering_every_dram_bandwidth_together_is_possible():
-    """The GPU is read by no strategy, but its bandwidth is checked against DRAM's, so it is editable."""
+    """The GPU's bandwidth is checked against DRAM's, so lowering all of them must be one edit."""
     half = {f"{part}:scale": 0.5 for part in ("dram.peak_gbps", "dram.combined_gbps", "cpu.mem_gbps",
                                               "npu.mem_gbps", "gpu.mem_gbps")}
     assert sim.edit_device("oneplus-12", half).dram.peak_gbps == pytest.approx(

@@ -30,10 +30,12 @@ then compute.
 [FLASH] runs on the CPU and on the GPU: ``decode_unit`` and ``prefill_unit`` move every
 compute step (attention, predictor, the preallocated matrix's product, LM head) to the
 GPU (or NPU), one call each at the unit's batch-1 (decode) or prompt-batch (prefill)
-efficiency. A product over predicted rows picked out of resident weights (in memory, or
-``compute_rows: predicted``) costs the whole matrix on a unit whose profile says it has no
-gathered-row kernels (``sparse_kernels: false``). Memory management stays on the CPU: the rows are copied in shared DRAM
-before the unit reads them (unified memory on both the M1 Max and the phones).
+efficiency. A unit whose profile says it has no gathered-row kernels (``sparse_kernels:
+false``) cannot multiply just the predicted rows picked out of resident weights (in memory,
+or ``compute_rows: predicted``): it multiplies the matrix that holds them, the window's
+rows, or every row of the chosen experts when the whole FFN is resident. Memory
+management stays on the CPU: the rows are copied in shared DRAM before the unit reads
+them (unified memory on both the M1 Max and the phones).
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class LlmInFlashKnobs(Knobs):
 @register
 class LlmInFlash(Strategy):
     name = "llm-in-flash"
-    summary = "LLM in a Flash: predictor, sliding-window cache, bundled reads, load-then-compute on the CPU"
+    summary = "LLM in a Flash: predictor, sliding-window cache, bundled reads, load-then-compute (CPU or GPU)"
     knobs_model = LlmInFlashKnobs
     uses_predictor = True  # [FLASH §4.1]: the predictor is 1.25% of the model, held in DRAM
     split_scales = False  # [FLASH §3.2]: a neuron's bundle is self-contained (no separate scale region)
@@ -129,6 +131,10 @@ class LlmInFlash(Strategy):
         # Without the predictor every neuron is needed every token, so no window can save
         # reads; the neuron-cache DRAM then holds a fixed slice of each layer (hybrid).
         self.static_share = plan.ffn_resident_fraction if (knobs.hybrid and not knobs.predictor) else 0.0
+        # Whether decode can multiply just the predicted rows: the CPU can; a unit without
+        # gathered-row kernels multiplies the matrix that holds them instead (the window's
+        # rows, or every row of the chosen experts when all are resident).
+        self.gathers = knobs.decode_unit == "cpu" or self._accelerator(knobs.decode_unit).sparse_kernels
 
     def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
         for work in layers:
@@ -151,7 +157,7 @@ class LlmInFlash(Strategy):
         stats.requests += n
         if self.all_resident:
             stats.hits += n
-            return 0, n, 0, 0
+            return 0, (n if self.gathers else model.top_k * model.ffn_dim), 0, 0
         if self.policy is None:  # no window: read the whole predicted set, drop it after use
             stats.misses += n
             return n, n, n, 0
@@ -170,7 +176,7 @@ class LlmInFlash(Strategy):
             self.rows -= np.bincount(evicted // groups, minlength=self.n_groups)
         stats.hits += n - n_miss
         stats.misses += n_miss
-        if self.k.compute_rows == "window":
+        if self.k.compute_rows == "window" or not self.gathers:
             base = work.layer * self.ctx.meta.n_experts
             rows = int(self.rows[base + work.experts].sum()) + (n_miss - inserted)
         else:
@@ -203,11 +209,8 @@ class LlmInFlash(Strategy):
             steps.append(cpu("memory_management_s", "memory-management", 2 * moved * self.row_bytes, 0, dtype,
                              threads=k.memcpy_threads))
         # The compact matrix is one dense product; predicted rows picked out of resident
-        # weights are a gathered (sparse) product, which a unit without gathered-row kernels
-        # runs as the product over every row of the chosen experts.
+        # weights are a gathered (sparse) product (see `gathers` for a unit that has none).
         dense = k.compute_rows == "window" and not self.all_resident
-        if not dense and unit != "cpu" and not self._accelerator(unit).sparse_kernels:
-            rows = self.ctx.model.top_k * self.ctx.model.ffn_dim
         w = costs.neurons(rows)
         steps.append(compute(unit, "ffn_s", "ffn", w.weight_bytes, w.ops, dtype,
                              kernel="dense_gemv" if dense else "sparse_gemv"))

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator
 
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work
@@ -42,16 +42,17 @@ class PowerInfer2Knobs(Knobs):
     hot_share: float = Field(0.5, ge=0, le=1)  # share of the neuron cache in the hot region
     policy: str = "lru"  # cold region [PI2 §4.3]: neuron-level LRU
     split_gate_read: bool = True  # [PI2 §4.4]: Gate first, Up/Down only if the gate fired
-    prefill_on_npu: bool = True  # [PI2 §4.1]; false: prefill on the CPU (as prefill_unit: cpu)
+    prefill_on_npu: bool = True  # [PI2 §4.1]; false: prefill on the CPU unless prefill_unit names a unit
     # None: the NPU when prefill_on_npu and the phone has one, else the CPU
     prefill_unit: Unit | None = None
     prefill_block_bytes: int = Field(512 * 1024, ge=4096)  # sequential prefetch reads
 
-    @model_validator(mode="after")
-    def _one_prefill_unit(self) -> PowerInfer2Knobs:
-        if self.prefill_unit == "npu" and not self.prefill_on_npu:
+    @field_validator("prefill_unit")
+    @classmethod
+    def _one_prefill_unit(cls, unit: str | None, info: ValidationInfo) -> str | None:
+        if unit == "npu" and info.data.get("prefill_on_npu") is False:  # declared first, so already checked
             raise ValueError("prefill_on_npu: false contradicts prefill_unit: npu; set only prefill_unit")
-        return self
+        return unit
 
 
 @dataclass(frozen=True)
