@@ -190,8 +190,11 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
     for knob in UNIT_KNOBS:  # an accelerator named by a knob must be on the phone
         unit = getattr(knob_values, knob, None)
         if unit in ("gpu", "npu") and getattr(dev, unit) is None:
-            units = ", ".join(["cpu"] + [u for u in ("gpu", "npu") if getattr(dev, u) is not None])
-            raise SimError(f"{dev.name} has no {unit}; choose one of {units}", field=knob)
+            # hot_unit names an accelerator only: leaving it out is how the CPU runs everything
+            units = [u for u in ("cpu", "gpu", "npu") if (u == "cpu" and knob != "hot_unit") or
+                     (u != "cpu" and getattr(dev, u) is not None)]
+            choice = f"choose one of {', '.join(units)}" if units else "leave it out to run on the CPU"
+            raise SimError(f"{dev.name} has no {unit}; {choice}", field=knob)
     compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
     compute = list(getattr(knob_values, "compute_cores", None) or compute)
     io = list(getattr(knob_values, "io_cores", None) or io)

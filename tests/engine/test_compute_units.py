@@ -146,3 +146,25 @@ def test_a_speedup_point_without_its_baseline_is_refused():
              "strategy": "llm-in-flash", "metric": "speedup", "published": 2.0}
     with pytest.raises(SimError, match="a speedup needs baseline_knobs"):
         validation.run_point(point, decode_tokens=2, warmup_tokens=0)
+
+
+def test_the_hot_share_on_the_gpu_replaces_the_npu_in_decode():
+    npu = run("powerinfer2", {})
+    gpu = run("powerinfer2", {"hot_unit": "gpu"})
+    assert npu.summary["utilisation"]["npu"] > 0 and "gpu" not in npu.summary["utilisation"]
+    assert gpu.summary["utilisation"]["gpu"] > 0
+    assert gpu.tokens.get("busy_npu_s", pd.Series([0.0])).sum() == 0  # the NPU only prefills
+    # The same neurons go to the accelerator, so the CPU's clusters and reads are unchanged.
+    np.testing.assert_array_equal(npu.tokens["flash_bytes"], gpu.tokens["flash_bytes"])
+    np.testing.assert_array_equal(npu.tokens["misses"], gpu.tokens["misses"])
+    assert not np.array_equal(npu.tokens["latency_s"], gpu.tokens["latency_s"])
+
+
+def test_a_hot_unit_the_phone_lacks_is_refused_but_the_default_falls_back_to_the_cpu():
+    data = h.device_data()
+    del data["gpu"], data["npu"]
+    with pytest.raises(SimError, match="has no gpu; leave it out to run on the CPU") as err:
+        run("powerinfer2", {"hot_unit": "gpu"}, device=h.device(data))
+    assert err.value.field == "hot_unit"
+    cpu_only = run("powerinfer2", {}, device=h.device(data))
+    assert not {"npu", "gpu"} & set(cpu_only.summary["utilisation"])

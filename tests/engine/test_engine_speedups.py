@@ -294,6 +294,7 @@ COMPILED_CONFIGS = {
     "one read per neuron (no gate split), all in DRAM": (
         h.TINY_MOE, {"offload": 0.0, "knobs": {"split_gate_read": False, "cluster_neurons": 4}}),
     "no gate split, offloaded": (h.TINY_DENSE, {"offload": 0.7, "knobs": {"split_gate_read": False}}),
+    "hot share on the GPU": (h.TINY_MOE, {"offload": 0.5, "knobs": {"hot_unit": "gpu"}}),
 }
 
 

@@ -32,7 +32,7 @@ Event = Generator[Any, Any, Any]
 # Where a strategy's compute may run (a knob such as ``prefill_unit``): the CPU's compute
 # threads or one accelerator of the profile. check_options refuses a unit the device lacks.
 Unit = Literal["cpu", "gpu", "npu"]
-UNIT_KNOBS = ("prefill_unit", "decode_unit")
+UNIT_KNOBS = ("prefill_unit", "decode_unit", "hot_unit")
 
 
 class Knobs(BaseModel):

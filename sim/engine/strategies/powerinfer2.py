@@ -6,7 +6,8 @@ Decode, per layer [PI2 §4-5]:
 2. the low-rank predictors of the chosen experts guess the active neurons;
 3. the hottest neurons of each chosen expert (those covering ``npu_activation_share`` of
    its activations in the offline profile) run densely on the NPU, as at batch 1 in the
-   paper; the remaining predicted neurons run sparsely on the CPU as neuron clusters;
+   paper (or on the GPU: ``hot_unit``); the remaining predicted neurons run sparsely on
+   the CPU as neuron clusters;
 4. each CPU cluster goes through the 5-stage pipeline: Gate read (missing neurons only),
    Gate compute, Up/Down read (only neurons whose gate fired, i.e. truly active), Up/Down
    compute. One I/O thread serves reads in arrival order while the compute threads run
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
@@ -39,6 +41,9 @@ class PowerInfer2Knobs(Knobs):
     io_cores: list[str] | None = None  # [PI2 §5]: one I/O thread
     cluster_neurons: int = Field(512, ge=1)  # [PI2 §4.2]: CPU clusters such as 512 x 4096
     npu_activation_share: float = Field(0.5, ge=0, le=1)  # [PI2 §4.2]: half NPU at batch 1
+    # The accelerator running that share: None is the NPU [PI2 §4.2] (the CPU alone on a
+    # phone without one); "gpu" asks what the GPU would do in its place
+    hot_unit: Literal["npu", "gpu"] | None = None
     hot_share: float = Field(0.5, ge=0, le=1)  # share of the neuron cache in the hot region
     policy: str = "lru"  # cold region [PI2 §4.3]: neuron-level LRU
     split_gate_read: bool = True  # [PI2 §4.4]: Gate first, Up/Down only if the gate fired
@@ -82,7 +87,11 @@ class PowerInfer2(Strategy):
         plan = ctx.plan
         self.cache = NeuronCache(ctx.n_keys, plan.neuron_dram_bytes, plan.neuron_cache_bytes, ctx.popularity,
                                  knobs.hot_share, ctx.policy or knobs.policy)
-        self.use_npu = ctx.device.npu is not None and knobs.npu_activation_share > 0
+        # The accelerator that runs the hot share densely ("npu" in names below). A phone
+        # without an NPU runs everything on the CPU; a GPU named by the knob must exist
+        # (check_options refuses it otherwise).
+        self.hot_unit = knobs.hot_unit or "npu"
+        self.use_npu = getattr(ctx.device, self.hot_unit) is not None and knobs.npu_activation_share > 0
         self.is_npu, self.npu_count = self._npu_set() if self.use_npu else (None, None)
         self._flags = placement_flags(self.cache.is_hot, self.is_npu)  # what route_neurons reads
         bundle = ctx.model.bundle(ctx.dtype, ctx.device.storage.page_bytes)
@@ -163,8 +172,8 @@ class PowerInfer2(Strategy):
                 procs = []
                 if n_npu:
                     npu_work = costs.neurons(n_npu)
-                    procs.append(env.process(m.accel_job("npu", "ffn-hot", npu_work.weight_bytes, npu_work.ops,
-                                                         dtype)))
+                    procs.append(env.process(m.accel_job(self.hot_unit, "ffn-hot", npu_work.weight_bytes,
+                                                         npu_work.ops, dtype)))
                 for n, n_fired, gate_miss, ud_miss in zip(*(a.tolist() for a in clusters), strict=True):
                     procs.append(env.process(self._cluster(n, n_fired, gate_miss, ud_miss, stats)))
                 if procs:
@@ -222,7 +231,7 @@ class PowerInfer2(Strategy):
             usage.dram_bytes += attention[0]
             usage.dram_bytes += predictor[0]
             if npu_d:
-                busy_s["npu"] += npu_d
+                busy_s[self.hot_unit] += npu_d
                 usage.dram_bytes += npu_bytes
             usage.dram_bytes += ffn_bytes
             if layer_reads:
@@ -244,7 +253,8 @@ class PowerInfer2(Strategy):
         job = self._npu_jobs.get(n_npu)
         if job is None:
             w = self.ctx.costs.neurons(n_npu)
-            d = self.ctx.machine.accel_time_s("npu", w.weight_bytes, w.ops, self.ctx.dtype, frozenset({"npu"}))
+            unit = self.hot_unit
+            d = self.ctx.machine.accel_time_s(unit, w.weight_bytes, w.ops, self.ctx.dtype, frozenset({unit}))
             job = self._npu_jobs[n_npu] = (d, w.weight_bytes)
         return job
 
@@ -273,7 +283,7 @@ class PowerInfer2(Strategy):
         if n_npu:  # started first, while no CPU job runs (as the per-cluster processes do)
             d, npu_bytes = self._npu_job(n_npu)
             npu_end = now + d
-            m.usage.busy_s["npu"] += d
+            m.usage.busy_s[self.hot_unit] += d
             m.usage.dram_bytes += npu_bytes
         gate_reads, ud_reads, job_bytes, job_ops, has_ud = jobs
         rate, mem, alone, with_npu = self._thread_table()
@@ -310,7 +320,7 @@ class PowerInfer2(Strategy):
             rate = np.array([cpu_rate_gops(th.core, self.ctx.dtype, "sparse_gemv") for th in m.threads_by_speed])
             mem = np.array([th.core.mem_gbps for th in m.threads_by_speed])
             alone = m.dram.agent_gbps("cpu", frozenset({"cpu"}))
-            with_npu = m.dram.agent_gbps("cpu", frozenset({"cpu", "npu"})) if self.use_npu else alone
+            with_npu = m.dram.agent_gbps("cpu", frozenset({"cpu", self.hot_unit})) if self.use_npu else alone
             self._threads = (rate, mem, alone, with_npu)
         return self._threads
 
@@ -386,7 +396,7 @@ class PowerInfer2(Strategy):
             pred = parallel(costs.predictor(), ctx.model.predictor.dtype)
             n_npu, cluster_arr = self._layer_plan(work, 0, stats)
             clusters = list(zip(*(a.tolist() for a in cluster_arr), strict=True))
-            both = agents | ({"npu"} if n_npu else set())
+            both = agents | ({self.hot_unit} if n_npu else set())
             neurons = sum(c[0] for c in clusters)
             fired = sum(c[1] for c in clusters)
             cpu_ffn = parallel(costs.neurons(neurons, 1) + costs.neurons(fired, ctx.model.ffn_matrices - 1),
@@ -394,8 +404,8 @@ class PowerInfer2(Strategy):
             npu_ffn = 0.0
             if n_npu:
                 w = costs.neurons(n_npu)
-                npu_ffn = accel_kernel_time_s(ctx.device.npu, w.weight_bytes, w.ops,
-                                              m.dram.agent_gbps("npu", frozenset(both)), dtype)
+                npu_ffn = accel_kernel_time_s(getattr(ctx.device, self.hot_unit), w.weight_bytes, w.ops,
+                                              m.dram.agent_gbps(self.hot_unit, frozenset(both)), dtype)
             io = 0.0
             for _, _, gate_miss, ud_miss in clusters:
                 g, u = self._cluster_reads(gate_miss, ud_miss)
