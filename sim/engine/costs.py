@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from sim.hw.processors import DEQUANT_OPS_PER_WEIGHT, accel_format
+from sim.profiles.device import Accelerator
 from sim.profiles.formats import WeightFormat, get_format
 from sim.profiles.model import ModelProfile
 
@@ -72,8 +74,34 @@ class ModelCosts:
         """All neurons of the experts one token uses (dense inference)."""
         return self.neurons(self.model.top_k * self.model.ffn_dim, batch=batch)
 
+    def layer_weights(self) -> int:
+        """How many weights one layer has (attention and every expert's FFN)."""
+        m = self.model
+        return m.attention_params_per_layer + m.n_experts * m.ffn_dim * m.ffn_matrices * m.hidden
+
     def layer_weight_bytes(self) -> float:
         """Every weight of one layer (all experts): what a dense prefill streams."""
+        return self.fmt.packed_bytes(self.layer_weights())
+
+    def on_unit(self, acc: Accelerator | None, work: Work, n_weights: float) -> tuple[Work | None, Work, str]:
+        """``work`` (over ``n_weights`` weights in this format) as accelerator ``acc`` runs it:
+        the CPU's conversion first (None when the unit computes on this format), the unit's
+        work reading the weights in the format it takes, and that format. ``acc`` None: the
+        CPU, which takes every format."""
+        to = accel_format(acc, self.dtype) if acc is not None else None
+        if to is None:
+            return None, work, self.dtype
+        converted = get_format(to, hidden=self.model.hidden).packed_bytes(n_weights)
+        unit_work = Work(work.weight_bytes - self.fmt.packed_bytes(n_weights) + converted, work.ops)
+        return self.convert(n_weights, to), unit_work, to
+
+    def dense_layer_weights(self) -> int:
+        """How many weights a dense token step of one layer uses (attention, chosen experts)."""
         m = self.model
-        return self.fmt.packed_bytes(m.attention_params_per_layer + m.n_experts * m.ffn_dim *
-                                     m.ffn_matrices * m.hidden)
+        return m.attention_params_per_layer + m.top_k * m.ffn_dim * m.ffn_matrices * m.hidden
+
+    def convert(self, n_weights: float, to_dtype: str) -> Work:
+        """Converting ``n_weights`` weights to ``to_dtype`` on the CPU (for an accelerator that
+        cannot compute on this format): read them packed, write them converted."""
+        out = get_format(to_dtype, hidden=self.model.hidden).packed_bytes(n_weights)
+        return Work(self.fmt.packed_bytes(n_weights) + out, DEQUANT_OPS_PER_WEIGHT * n_weights)

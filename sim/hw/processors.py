@@ -15,7 +15,11 @@ from sim.profiles.device import Accelerator, CpuCluster
 QUANTISED = {"int8", "int4"}
 # CPU kernel classes (see sim.profiles.device.KernelSpeed): batch-1 products over whole
 # matrices, batch-1 products over gathered neuron rows, and batched products (prefill).
-KERNELS = ("dense_gemv", "sparse_gemv", "gemm")
+KERNELS = ("dense_gemv", "sparse_gemv", "gemm", "dequant")
+# Converting one quantised weight for an accelerator: unpack it, apply its group's scale and
+# minimum, store it (assumed: one multiply-add, i.e. 2 operations, at the int8 rate times
+# kernel_speed.dequant; no microbenchmark in the brief measures it).
+DEQUANT_OPS_PER_WEIGHT = 2.0
 
 
 def cpu_rate_gops(core: CpuCluster, dtype: str, kernel: str = "dense_gemv") -> float:
@@ -40,6 +44,14 @@ def cpu_demand_gbps(core: CpuCluster, weight_bytes: float, ops: float, dtype: st
     if ops <= 0:
         return core.mem_gbps
     return min(core.mem_gbps, cpu_rate_gops(core, dtype, kernel) * weight_bytes / ops)
+
+
+def accel_format(acc: Accelerator, dtype: str) -> str | None:
+    """The format ``dtype`` weights must be converted to before ``acc`` computes on them, or
+    None when it takes them as they are: the narrowest of its formats (int8, then fp16)."""
+    if dtype in acc.formats:
+        return None
+    return next((f for f in ("int8", "fp16") if f in acc.formats), acc.formats[0])
 
 
 def accel_efficiency(acc: Accelerator, batch: int) -> float:

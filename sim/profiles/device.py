@@ -54,6 +54,9 @@ class KernelSpeed(Strict):
     gemm: float = Field(1.0, ge=MIN_RATE, le=100)
     dense_gemv: float = Field(1.0, ge=MIN_RATE, le=100)
     sparse_gemv: float = Field(1.0, ge=MIN_RATE, le=100)
+    # Converting quantised weights to a format an accelerator computes on (see
+    # Accelerator.formats), at DEQUANT_OPS_PER_WEIGHT operations per weight.
+    dequant: float = Field(1.0, ge=MIN_RATE, le=100)
 
 
 class CpuCluster(Strict):
@@ -119,6 +122,9 @@ class Accelerator(Strict):
     # Fixed cost of each kernel launch (GPU) or graph switch / submission (NPU).
     launch_overhead_us: float = Field(ge=0)
     efficiency: list[EfficiencyPoint] = Field(min_length=1)
+    # Weight formats the unit computes on directly. Weights in another format are converted
+    # by the CPU first ([PI2 §4.1]: the NPU prefills while "the CPU dequantizes" INT4 weights).
+    formats: list[Literal["fp16", "int8", "int4"]] = Field(default=["fp16", "int8", "int4"], min_length=1)
     # False: this unit has no fast gathered-row kernel, so a product over a subset of a
     # matrix's rows costs the whole matrix there (llm-in-flash's predicted-row products).
     sparse_kernels: bool = False

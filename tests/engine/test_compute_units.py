@@ -168,3 +168,44 @@ def test_a_hot_unit_the_phone_lacks_is_refused_but_the_default_falls_back_to_the
     assert err.value.field == "hot_unit"
     cpu_only = run("powerinfer2", {}, device=h.device(data))
     assert not {"npu", "gpu"} & set(cpu_only.summary["utilisation"])
+
+
+def _converting_npu():
+    data = h.device_data()
+    data["npu"]["formats"] = ["int8", "fp16"]  # INT4 weights must be dequantized by the CPU first
+    return h.device(data)
+
+
+def _prefill_spans(result, name, unit_prefix):
+    return [(s.start_s, s.end_s) for s in result.spans
+            if s.token == -1 and s.name == name and s.unit.startswith(unit_prefix)]
+
+
+@pytest.mark.parametrize("strategy", ["powerinfer2", "dense"])
+def test_an_npu_that_cannot_take_int4_waits_for_the_cpu_to_convert_each_layer(strategy):
+    knobs = {} if strategy == "powerinfer2" else {"prefill_unit": "npu"}
+    kw = {"offload": 0.0} if strategy != "dense" else {}
+    native = run(strategy, knobs, timeline=True, **kw)
+    converted = run(strategy, knobs, device=_converting_npu(), timeline=True, **kw)
+    assert not _prefill_spans(native, "dequantize", "cpu:")
+    conv = _prefill_spans(converted, "dequantize", "cpu:")
+    npu = _prefill_spans(converted, "prefill", "npu")
+    m = h.model(h.TINY_MOE)
+    assert len(npu) == m.n_layers and conv
+    assert converted.summary["ttft_s"] > native.summary["ttft_s"]
+    # Every layer's NPU job starts after its weights are converted.
+    conv_ends = sorted({end for _, end in conv})
+    assert all(start >= conv_ends[i] for i, (start, _) in enumerate(sorted(npu)))
+    overlap = any(s < e2 and s2 < e for s, e in conv for s2, e2 in npu)
+    # PowerInfer-2 converts the next layer while the NPU runs this one; the serial strategies do not.
+    assert overlap == (strategy == "powerinfer2")
+
+
+def test_conversion_goes_to_the_narrowest_format_the_unit_takes():
+    from sim.hw.processors import accel_format
+
+    acc = h.device().npu
+    assert accel_format(acc, "int4") is None
+    assert accel_format(acc.model_copy(update={"formats": ["int8", "fp16"]}), "int4") == "int8"
+    assert accel_format(acc.model_copy(update={"formats": ["fp16"]}), "int4") == "fp16"
+    assert accel_format(acc.model_copy(update={"formats": ["fp16"]}), "fp16") is None

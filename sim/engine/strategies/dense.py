@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from sim.engine.costs import Work
 from sim.engine.strategies.base import Event, Knobs, Strategy, TokenStats, Unit, register
+from sim.engine.strategies.serial import cpu, on_unit, run_steps
 from sim.engine.workload import LayerWork
 
 
@@ -47,16 +48,13 @@ class Dense(Strategy):
         stats.add_phase("lm_head_s", env.now - t2)
 
     def prefill(self, stats: TokenStats) -> Event:
-        m, costs, dtype, p = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.prompt_tokens
-        unit = self.knobs.prefill_unit
-        for _ in range(self.ctx.model.n_layers):
-            w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
-            if unit == "cpu":
-                yield from m.cpu_parallel("prefill", w.weight_bytes, w.ops, dtype, kernel="gemm")
-            else:
-                yield from m.accel_job(unit, "prefill", w.weight_bytes, w.ops, dtype, batch=p)
-        w = costs.lm_head()
-        yield from m.cpu_parallel("lm_head", w.weight_bytes, w.ops, dtype)
+        ctx, costs, p = self.ctx, self.ctx.costs, self.ctx.prompt_tokens
+        w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
+        layer = on_unit(costs, ctx.device, self.knobs.prefill_unit, "prefill_s", "prefill", w,
+                        costs.dense_layer_weights(), batch=p, kernel="gemm")
+        head = costs.lm_head()
+        steps = layer * ctx.model.n_layers + [cpu("lm_head_s", "lm_head", head.weight_bytes, head.ops, ctx.dtype)]
+        yield from run_steps(ctx.machine, steps, stats)
 
     def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
         m, costs = self.ctx.machine, self.ctx.costs

@@ -37,7 +37,7 @@ from sim.engine.strategies.base import (
     default_core_split,
     register,
 )
-from sim.engine.strategies.serial import Step, compute, cpu, read, run_steps, steps_time_s
+from sim.engine.strategies.serial import Step, cpu, on_unit, read, run_steps, steps_time_s
 from sim.engine.workload import LayerWork
 from sim.profiles.device import DeviceProfile
 
@@ -187,9 +187,8 @@ class LlamaCpp(Strategy):
         for layer in range(ctx.model.n_layers):
             faults = self._touch(self.layout.whole_layer(layer), -1, stats)
             w = costs.attention(p, batch=p) + costs.dense_ffn(batch=p)
-            prefill = compute(self.knobs.prefill_unit, "prefill_s", "prefill", w.weight_bytes, w.ops, dtype, batch=p,
-                              kernel="gemm")
-            steps += [self._fault(faults), prefill]
+            steps += [self._fault(faults), *on_unit(costs, ctx.device, self.knobs.prefill_unit, "prefill_s", "prefill",
+                                                    w, costs.dense_layer_weights(), batch=p, kernel="gemm")]
         w = costs.lm_head()
         steps += [self._fault(self._touch(self.layout.lm_head, -1, stats)),
                   cpu("lm_head_s", "lm_head", w.weight_bytes, w.ops, dtype)]

@@ -47,6 +47,7 @@ import numpy as np
 from pydantic import Field
 
 from sim.cache import make_policy
+from sim.engine.costs import Work
 from sim.engine.neuron_cache import timed_policy_options
 from sim.engine.strategies.base import (
     Event,
@@ -58,7 +59,7 @@ from sim.engine.strategies.base import (
     default_core_split,
     register,
 )
-from sim.engine.strategies.serial import Step, compute, cpu, read, run_steps, spread_threads, steps_time_s
+from sim.engine.strategies.serial import Step, compute, cpu, on_unit, read, run_steps, spread_threads, steps_time_s
 from sim.engine.workload import LayerWork
 from sim.profiles.device import Accelerator, DeviceProfile
 
@@ -245,7 +246,7 @@ class LlmInFlash(Strategy):
         """Prefill, per layer: read every non-resident weight of the layer, then compute (on
         ``prefill_unit``); the LM head runs for the last token, on ``decode_unit``."""
         ctx, costs, model = self.ctx, self.ctx.costs, self.ctx.model
-        p, dtype = ctx.prompt_tokens, ctx.dtype
+        p = ctx.prompt_tokens
         steps: list[Step] = []
         per_layer = model.n_experts * model.ffn_dim
         for layer in range(model.n_layers):
@@ -258,8 +259,8 @@ class LlmInFlash(Strategy):
             attn = costs.attention(p, batch=p)
             kv_bytes = attn.weight_bytes - costs.attention(0).weight_bytes
             ops = attn.ops + costs.dense_ffn(batch=p).ops
-            weights = costs.layer_weight_bytes() + kv_bytes
-            unit = self.k.prefill_unit
-            steps.append(compute(unit, "prefill_s", "prefill", weights, ops, dtype, batch=p, kernel="gemm"))
+            work = Work(costs.layer_weight_bytes() + kv_bytes, ops)
+            steps += on_unit(costs, ctx.device, self.k.prefill_unit, "prefill_s", "prefill", work,
+                             costs.layer_weights(), batch=p, kernel="gemm")
         steps += self._head_steps(self.k.decode_unit)
         yield from run_steps(ctx.machine, steps, stats)

@@ -367,16 +367,28 @@ class PowerInfer2(Strategy):
                 ready[layer].succeed()
 
         env.process(prefetch())
-        per_token_ffn = costs.dense_ffn()
         attn = costs.attention(p, batch=p)
-        for layer in range(model.n_layers):
-            yield ready[layer]
-            ops = attn.ops + per_token_ffn.ops * p
-            weights = costs.layer_weight_bytes()
+        layer = Work(costs.layer_weight_bytes(), attn.ops + costs.dense_ffn().ops * p)
+        acc = None if unit == "cpu" else getattr(ctx.device, unit)
+        convert, on_unit, unit_dtype = costs.on_unit(acc, layer, costs.layer_weights())
+        start = ready  # what layer i's compute waits for
+        if convert is not None:  # [PI2 §4.1]: the CPU converts each layer once it is in DRAM,
+            converted = [env.event() for _ in range(model.n_layers)]  # while the unit runs the last
+
+            def convert_layers() -> Event:
+                for i in range(model.n_layers):
+                    yield ready[i]
+                    yield from m.cpu_parallel("dequantize", *_wo(convert), ctx.dtype, kernel="dequant")
+                    converted[i].succeed()
+
+            env.process(convert_layers())
+            start = converted
+        for i in range(model.n_layers):
+            yield start[i]
             if unit != "cpu":
-                yield from m.accel_job(unit, "prefill", weights, ops, ctx.dtype, batch=p)
+                yield from m.accel_job(unit, "prefill", *_wo(on_unit), unit_dtype, batch=p)
             else:
-                yield from m.cpu_parallel("prefill", weights, ops, ctx.dtype, kernel="gemm")
+                yield from m.cpu_parallel("prefill", *_wo(layer), ctx.dtype, kernel="gemm")
         yield from m.cpu_parallel("lm_head", *_wo(costs.lm_head()), ctx.dtype)
 
     # -- analytic --------------------------------------------------------------------------

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.engine.costs import ModelCosts, Work
 from sim.engine.machine import Machine
 from sim.engine.strategies.base import Event, TokenStats
+from sim.profiles.device import DeviceProfile
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,19 @@ def compute(unit: str, phase: str, name: str, weight_bytes: float, ops: float, d
     if unit == "cpu":
         return cpu(phase, name, weight_bytes, ops, dtype, threads=threads, kernel=kernel)
     return Step(phase, "accel", name, weight_bytes=weight_bytes, ops=ops, dtype=dtype, unit=unit, batch=batch)
+
+
+def on_unit(costs: ModelCosts, device: DeviceProfile, unit: str, phase: str, name: str, work: Work,
+            n_weights: float, *, batch: int = 1, kernel: str = "dense_gemv") -> list[Step]:
+    """``work`` (a product over ``n_weights`` weights of the run's format) on ``unit``: one
+    compute step, after a CPU step converting the weights when the unit cannot compute on
+    that format (its profile's ``formats``; charged to ``dequantize_s``)."""
+    acc = None if unit == "cpu" else getattr(device, unit)
+    convert, unit_work, dtype = costs.on_unit(acc, work, n_weights)
+    steps = [] if convert is None else [cpu("dequantize_s", "dequantize", convert.weight_bytes, convert.ops,
+                                            costs.dtype, kernel="dequant")]
+    return [*steps, compute(unit, phase, name, unit_work.weight_bytes, unit_work.ops, dtype, batch=batch,
+                            kernel=kernel)]
 
 
 def read(phase: str, name: str, n_requests: int, block_bytes: int, *, sequential: bool = False,
