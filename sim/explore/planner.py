@@ -8,8 +8,9 @@ is the engine's own analytic mode, and the search is explicit:
 1. **Prune** with the analytic mode on a short stretch of the trace. Starting from the
    default configuration, each pass evaluates, as one parallel batch, every change of a
    single knob family (core layout, hot-region share, cold-region policy, cluster size,
-   NPU share), then the best value of every family combined (families interact, so the
-   combination is evaluated too, not assumed); the best setting seen starts the next pass.
+   NPU share, and whether the GPU runs that share), then the best value of every family
+   combined (families interact, so the combination is evaluated too, not assumed); the
+   best setting seen starts the next pass.
    ``passes`` rounds, stopping early when a pass finds nothing better.
 2. **Confirm** the ``confirm`` best candidates other than the default, and the default
    configuration, with the discrete-event simulation; the plan is the best confirmed
@@ -42,7 +43,7 @@ from sim.explore.sweep import run_points
 from sim.profiles.device import DeviceProfile
 
 OBJECTIVES = ("tokens_per_s", "energy")
-SEARCHED = ("compute_cores", "io_cores", "cluster_neurons", "npu_activation_share", "hot_share", "policy")
+SEARCHED = ("compute_cores", "io_cores", "cluster_neurons", "npu_activation_share", "hot_share", "policy", "hot_unit")
 HOT_SHARES = (0.25, 0.5, 0.75, 1.0)
 POLICIES = ("lru", "s3fifo")
 CLUSTER_SIZES = (256, 512, 1024, 2048)  # [PI2 §4.2] uses 512; smaller ones lose on overhead
@@ -178,7 +179,11 @@ def search_space(device: DeviceProfile) -> list[tuple[str, list[dict[str, Any]]]
         ("hot_share", [{"hot_share": v} for v in HOT_SHARES]),
         ("policy", [{"policy": v} for v in POLICIES]),
         ("cluster_neurons", [{"cluster_neurons": v} for v in CLUSTER_SIZES]),
-        ("npu_activation_share", [{"npu_activation_share": v} for v in (NPU_SHARES if device.npu else (0.0,))]),
+        ("npu_activation_share",
+         [{"npu_activation_share": v} for v in (NPU_SHARES if device.npu or device.gpu else (0.0,))]),
+        # the accelerator for that share: the NPU (None, the default) or the GPU, which on a
+        # phone without an NPU is the only one (the default then leaves the share on the CPU)
+        ("hot_unit", [{"hot_unit": v} for v in ([None, "gpu"] if device.gpu else [None])]),
     ]
 
 
@@ -336,6 +341,8 @@ def _spell_out(knobs: dict[str, Any], base_task: dict[str, Any], strategy_cls: A
         compute, io = strategy_cls.default_cores(dev, needs_io=mem.offload_fraction > 0)
         full["compute_cores"] = full.get("compute_cores") or list(compute)
         full["io_cores"] = full.get("io_cores") or list(io)
+    if full.get("hot_unit") is None and dev.npu is not None:
+        full["hot_unit"] = "npu"  # what the default means on this phone, spelled out
     return {k: full[k] for k in SEARCHED}
 
 

@@ -71,7 +71,7 @@ def test_plan_writes_a_plan_that_sim_run_accepts_and_reproduces(tmp_path, capsys
     plan = yaml.safe_load(plan_file.read_text())
     assert yaml.safe_load(printed) == plan
     assert set(plan["knobs"]) == {"compute_cores", "io_cores", "cluster_neurons", "npu_activation_share",
-                                  "hot_share", "policy"}
+                                  "hot_share", "policy", "hot_unit"}
     run = ["run", *common, "--decode-tokens", "8", "--warmup-tokens", "4", "--json"]
     assert main([*run, "--plan", str(plan_file)]) == 0
     planned = json.loads(capsys.readouterr().out)["decode_tokens_per_s"]

@@ -40,7 +40,7 @@ def test_plans_for_mixtral_are_at_least_as_fast_as_the_default_at_three_budgets(
         assert res.best.tokens_per_s >= res.default.tokens_per_s, budget
         assert res.analytic_evaluations > 10 and res.des_evaluations >= 2
         assert set(res.resolved_knobs) == {"compute_cores", "io_cores", "cluster_neurons", "npu_activation_share",
-                                           "hot_share", "policy"}
+                                           "hot_share", "policy", "hot_unit"}
     # The reported figures are what an ordinary run with those knobs gives (checked at one budget).
     res = results["13GB"]
     run = {"memory_budget": "13GB", "decode_tokens": 16, "warmup_tokens": 8}
