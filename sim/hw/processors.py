@@ -47,11 +47,12 @@ def cpu_demand_gbps(core: CpuCluster, weight_bytes: float, ops: float, dtype: st
 
 
 def accel_format(acc: Accelerator, dtype: str) -> str | None:
-    """The format ``dtype`` weights must be converted to before ``acc`` computes on them, or
-    None when it takes them as they are: the narrowest of its formats (int8, then fp16)."""
-    if dtype in acc.formats:
+    """The format quantised ``dtype`` weights are converted to before ``acc`` computes on them
+    (the narrowest wider format it takes: int8 for int4 weights if it can, else fp16), or
+    None when it takes them as they are. Float weights always run as they are."""
+    if dtype in acc.formats or dtype not in QUANTISED:
         return None
-    return next((f for f in ("int8", "fp16") if f in acc.formats), acc.formats[0])
+    return "int8" if dtype == "int4" and "int8" in acc.formats else "fp16"
 
 
 def accel_efficiency(acc: Accelerator, batch: int) -> float:

@@ -124,11 +124,21 @@ class Accelerator(Strict):
     efficiency: list[EfficiencyPoint] = Field(min_length=1)
     # Weight formats the unit computes on directly. Weights in another format are converted
     # by the CPU first ([PI2 §4.1]: the NPU prefills while "the CPU dequantizes" INT4 weights).
+    # Float weights (fp16, fp32) always run as they are: only quantised ones are converted.
     formats: list[Literal["fp16", "int8", "int4"]] = Field(default=["fp16", "int8", "int4"], min_length=1)
     # False: this unit has no fast gathered-row kernel, so a product over a subset of a
     # matrix's rows costs the whole matrix there (llm-in-flash's predicted-row products).
     sparse_kernels: bool = False
     active_w: float | None = Field(default=None, gt=0)
+
+    @field_validator("formats")
+    @classmethod
+    def _formats(cls, formats: list[str]) -> list[str]:
+        if len(set(formats)) != len(formats):
+            raise ValueError(f"lists a format twice: {formats}")
+        if not {"fp16", "int8"} & set(formats):
+            raise ValueError("must include fp16 or int8 (what quantised weights are converted to)")
+        return formats
 
     @field_validator("efficiency")
     @classmethod

@@ -209,3 +209,13 @@ def test_conversion_goes_to_the_narrowest_format_the_unit_takes():
     assert accel_format(acc.model_copy(update={"formats": ["int8", "fp16"]}), "int4") == "int8"
     assert accel_format(acc.model_copy(update={"formats": ["fp16"]}), "int4") == "fp16"
     assert accel_format(acc.model_copy(update={"formats": ["fp16"]}), "fp16") is None
+    assert accel_format(acc.model_copy(update={"formats": ["fp16"]}), "int8") == "fp16"
+    # Float weights are never "dequantised", whatever the unit lists.
+    assert accel_format(acc.model_copy(update={"formats": ["int8", "int4"]}), "fp16") is None
+    assert accel_format(acc.model_copy(update={"formats": ["int8"]}), "fp32") is None
+
+
+def test_bundled_profiles_convert_nothing_in_any_format():
+    for dtype in ("int4", "int8", "fp16", "fp32"):
+        result = run("dense", {"prefill_unit": "npu"}, timeline=True, weights_dtype=dtype)
+        assert not _prefill_spans(result, "dequantize", "cpu:"), dtype

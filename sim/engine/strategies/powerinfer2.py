@@ -35,6 +35,8 @@ from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, Token
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
 
+CONVERT_TILES = 8  # pieces a layer's weights are converted in for the prefill's accelerator
+
 
 class PowerInfer2Knobs(Knobs):
     compute_cores: list[str] | None = None  # default: see strategies.base.default_core_split
@@ -44,6 +46,14 @@ class PowerInfer2Knobs(Knobs):
     # The accelerator running that share: None is the NPU [PI2 §4.2] (the CPU alone on a
     # phone without one); "gpu" asks what the GPU would do in its place
     hot_unit: Literal["npu", "gpu"] | None = None
+
+    @field_validator("hot_unit", mode="before")
+    @classmethod
+    def _accelerator_only(cls, unit: object) -> object:
+        if unit == "cpu":
+            raise ValueError("the hot share runs on an accelerator (npu or gpu); npu_activation_share=0 leaves "
+                             "every neuron to the CPU")
+        return unit
     hot_share: float = Field(0.5, ge=0, le=1)  # share of the neuron cache in the hot region
     policy: str = "lru"  # cold region [PI2 §4.3]: neuron-level LRU
     split_gate_read: bool = True  # [PI2 §4.4]: Gate first, Up/Down only if the gate fired
@@ -376,9 +386,13 @@ class PowerInfer2(Strategy):
             converted = [env.event() for _ in range(model.n_layers)]  # while the unit runs the last
 
             def convert_layers() -> Event:
+                # In tiles: a job's DRAM share is fixed when it starts, so a layer converted in
+                # one job would keep the share it started with beside the NPU after the NPU is done.
+                tile = convert.scaled(1 / CONVERT_TILES)
                 for i in range(model.n_layers):
                     yield ready[i]
-                    yield from m.cpu_parallel("dequantize", *_wo(convert), ctx.dtype, kernel="dequant")
+                    for _ in range(CONVERT_TILES):
+                        yield from m.cpu_parallel("dequantize", *_wo(tile), ctx.dtype, kernel="dequant")
                     converted[i].succeed()
 
             env.process(convert_layers())
