@@ -187,10 +187,12 @@ def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> 
             mem.add_row(name, f"{value / 1e9:.3f}")
     mem.add_row("FFN resident", f"{s['memory']['ffn_resident_fraction']:.1%}")
     console.print(mem)
-    if s["utilisation"]:
-        util = Table("unit", "busy", title="utilisation during decode")
-        for unit, frac in s["utilisation"].items():
-            util.add_row(unit, f"{frac:.1%}")
-        console.print(util)
+    for key, phase in (("prefill_utilisation", "prefill"), ("utilisation", "decode")):
+        title = f"utilisation during {phase}"
+        if s.get(key):
+            util = Table("unit", "busy", title=title)
+            for unit, frac in s[key].items():
+                util.add_row(unit, f"{frac:.1%}")
+            console.print(util)
     for warning in s.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {warning}")

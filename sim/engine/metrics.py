@@ -14,7 +14,8 @@ from sim.profiles.memory import MemoryPlan
 
 def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, prefill_s: float,
               prompt_tokens: int, busy_s: dict[str, float], warnings: list[str],
-              decode_dram_bytes: float | None = None) -> dict[str, Any]:
+              decode_dram_bytes: float | None = None, prefill_busy_s: dict[str, float] | None = None
+              ) -> dict[str, Any]:
     lat = tokens["latency_s"].to_numpy()
     decode_s = float(lat.sum())
     requests = int(tokens["requests"].sum())
@@ -41,6 +42,8 @@ def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, 
                                 if c.endswith("_s") and not c.startswith("busy_") and c != "latency_s"},
         "warnings": list(warnings) + _thrash_warning(hits, requests, plan),
     }
+    if prefill_busy_s and prefill_s and prefill_s > 0:  # which units the prompt kept busy (the DES only)
+        out["prefill_utilisation"] = {unit: min(1.0, s / prefill_s) for unit, s in sorted(prefill_busy_s.items())}
     if decode_dram_bytes is not None and len(lat):
         out["dram_bytes_per_token"] = decode_dram_bytes / len(lat)  # weights streamed from DRAM to compute
     if device.power is not None and busy_s:

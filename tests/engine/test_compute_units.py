@@ -219,3 +219,15 @@ def test_bundled_profiles_convert_nothing_in_any_format():
     for dtype in ("int4", "int8", "fp16", "fp32"):
         result = run("dense", {"prefill_unit": "npu"}, timeline=True, weights_dtype=dtype)
         assert not _prefill_spans(result, "dequantize", "cpu:"), dtype
+
+
+def test_prefill_utilisation_shows_which_unit_bounds_the_prompt():
+    native = run("powerinfer2", {}, offload=0.0)
+    converted = run("powerinfer2", {}, device=_converting_npu(), offload=0.0)
+    analytic = run("powerinfer2", {}, offload=0.0, mode="analytic")
+    assert "prefill_utilisation" not in analytic.summary  # the cost model has no prefill schedule
+    cpu = [v for k, v in converted.summary["prefill_utilisation"].items() if k.startswith("cpu:")]
+    # Converting the weights keeps the compute threads busier than the NPU that waits for them.
+    assert min(cpu) > converted.summary["prefill_utilisation"]["npu"]
+    assert native.summary["prefill_utilisation"]["npu"] > converted.summary["prefill_utilisation"]["npu"]
+    assert all(0 < v <= 1 for v in converted.summary["prefill_utilisation"].values())
