@@ -25,7 +25,7 @@ app = typer.Typer(
 
 # Command modules, in help order. Groups are mounted under their name; modules with
 # ``register`` add top-level commands.
-COMMAND_MODULES = ["run", "validate", "profiles", "memory", "cache", "trace", "sweep", "plan"]
+COMMAND_MODULES = ["run", "strategies", "validate", "profiles", "memory", "cache", "trace", "sweep", "plan"]
 
 
 def _mount() -> None:

@@ -159,8 +159,8 @@ def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--se
     known = cls.knobs_model.model_fields
     for key in values:
         if key not in known:  # name the strategy's knobs: the schema command lists profiles, not knobs
-            raise SimError(f"unknown knob {key!r} of the {cls.name} strategy; its knobs: {', '.join(known)}",
-                           source=source, field=str(key))
+            raise SimError(f"unknown knob {key!r} of the {cls.name} strategy; its knobs: {', '.join(known)} "
+                           f"(`sim strategies {cls.name}` describes them)", source=source, field=str(key))
     return validate(cls.knobs_model, values, source)
 
 

@@ -7,6 +7,8 @@ NPU (``prefill_unit``), one call per layer over the whole prompt.
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from sim.engine.costs import Work
 from sim.engine.strategies.base import Event, Knobs, Strategy, TokenStats, Unit, register
 from sim.engine.strategies.serial import cpu, on_unit, run_steps
@@ -14,9 +16,11 @@ from sim.engine.workload import LayerWork
 
 
 class DenseKnobs(Knobs):
-    compute_cores: list[str] | None = None
-    io_cores: list[str] | None = None
-    prefill_unit: Unit = "cpu"  # llama.cpp's CPU backend; "gpu" as [PI2 §2.3]'s GPU prefill
+    compute_cores: list[str] | None = Field(None, description="compute threads, one CPU cluster name each "
+                                                              "(default: every core but the slowest cluster's)")
+    io_cores: list[str] | None = Field(None, description="unused: the dense strategy reads nothing")
+    prefill_unit: Unit = Field("cpu", description="where prefill computes (llama.cpp's CPU backend; gpu as "
+                                                  "[PI2 §2.3]'s GPU prefill)")
 
 
 @register

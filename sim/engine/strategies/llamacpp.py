@@ -46,11 +46,15 @@ LINUX_READAHEAD_BYTES = 128 * 1024
 
 
 class LlamaCppKnobs(Knobs):
-    compute_cores: list[str] | None = None  # default: as the dense strategy (strategies.base.default_core_split)
-    io_cores: list[str] | None = None  # threads that fault, one cluster name each; default: the compute threads
-    readahead_bytes: int = Field(LINUX_READAHEAD_BYTES, ge=4096)  # Linux/Android default read_ahead_kb = 128
-    policy: str = "lru"  # the page cache: Linux approximates LRU with its active/inactive lists
-    prefill_unit: Unit = "cpu"  # llama.cpp's CPU backend
+    compute_cores: list[str] | None = Field(
+        None, description="compute threads, one CPU cluster name each (default: as the dense strategy)")
+    io_cores: list[str] | None = Field(
+        None, description="threads that fault, one cluster name each (default: the compute threads)")
+    readahead_bytes: int = Field(LINUX_READAHEAD_BYTES, ge=4096,
+                                 description="bytes a page fault reads (Linux/Android read_ahead_kb = 128)")
+    policy: str = Field("lru", description="the page cache's policy (Linux approximates LRU with its "
+                                           "active/inactive lists)")
+    prefill_unit: Unit = Field("cpu", description="where prefill computes (llama.cpp's CPU backend)")
 
 
 class FileLayout:

@@ -68,22 +68,30 @@ FLASH_IO_THREADS = 32
 
 
 class LlmInFlashKnobs(Knobs):
-    compute_cores: list[str] | None = None  # default: every core but the slowest cluster's (see default_cores)
-    io_cores: list[str] | None = None  # one cluster name per reader thread; default: 32 threads [FLASH §4]
-    hybrid: bool = True  # [FLASH Table 2] "hybrid": non-FFN weights stay resident; false = naive
-    predictor: bool = True  # [FLASH §3.1] low-rank predictor selects the neurons to load
-    window_k: int = Field(5, ge=0)  # [FLASH §4.1] window of k = 5 tokens for OPT-6.7B; 0 = no window
-    bundling: bool = True  # [FLASH §3.2] up column + down row of a neuron stored and read together
-    # inferred from [FLASH §3.3]: the matrix is kept compact so the layer is one dense
-    # product over all its rows; "predicted" multiplies only this token's predicted rows
-    compute_rows: Literal["window", "predicted"] = "window"
-    # None: every compute thread copies (assumed: [FLASH] runs on PyTorch, whose copy kernels
-    # use the intra-op thread pool; the paper does not say how the copies are parallelised)
-    memcpy_threads: int | None = Field(None, ge=1)
-    dense_read_block_bytes: int | None = Field(None, ge=4096)  # None: largest block the profile measured
-    policy: str = "window"  # [FLASH §3.1] sliding window; any sim.cache policy can stand in
-    decode_unit: Unit = "cpu"  # [FLASH] Table 3 is the CPU; its GPU runs put every product on the GPU
-    prefill_unit: Unit = "cpu"
+    compute_cores: list[str] | None = Field(
+        None, description="compute threads, one CPU cluster name each (default: every core but the slowest "
+                          "cluster's)")
+    io_cores: list[str] | None = Field(
+        None, description="reader threads, one cluster name each (default: 32 threads [FLASH §4])")
+    hybrid: bool = Field(True, description="non-FFN weights stay in DRAM ([FLASH Table 2]); false: naive loading")
+    predictor: bool = Field(True, description="the low-rank predictor selects the neurons to load ([FLASH §3.1])")
+    window_k: int = Field(5, ge=0, description="sliding window of the last k tokens' neurons ([FLASH §4.1]: 5 "
+                                               "for OPT-6.7B); 0: no window")
+    bundling: bool = Field(True, description="a neuron's up column and down row are stored and read together "
+                                             "([FLASH §3.2])")
+    # inferred from [FLASH §3.3]: the matrix is kept compact so the layer is one dense product
+    compute_rows: Literal["window", "predicted"] = Field(
+        "window", description="multiply every row the layer's matrix holds (the compact window) or only this "
+                              "token's predicted rows")
+    # None: assumed, [FLASH] runs on PyTorch, whose copy kernels use the intra-op thread pool
+    memcpy_threads: int | None = Field(None, ge=1, description="threads copying rows into the preallocated "
+                                                               "matrix (default: every compute thread)")
+    dense_read_block_bytes: int | None = Field(
+        None, ge=4096, description="request size of whole-layer reads (default: the largest block the profile "
+                                   "measured)")
+    policy: str = Field("window", description="the cache policy ([FLASH §3.1]: the sliding window)")
+    decode_unit: Unit = Field("cpu", description="where decode's products run ([FLASH] Table 3: the CPU)")
+    prefill_unit: Unit = Field("cpu", description="where prefill computes")
 
 
 @register

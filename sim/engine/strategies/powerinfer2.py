@@ -39,13 +39,27 @@ CONVERT_TILES = 8  # pieces a layer's weights are converted in for the prefill's
 
 
 class PowerInfer2Knobs(Knobs):
-    compute_cores: list[str] | None = None  # default: see strategies.base.default_core_split
-    io_cores: list[str] | None = None  # [PI2 §5]: one I/O thread
-    cluster_neurons: int = Field(512, ge=1)  # [PI2 §4.2]: CPU clusters such as 512 x 4096
-    npu_activation_share: float = Field(0.5, ge=0, le=1)  # [PI2 §4.2]: half NPU at batch 1
-    # The accelerator running that share: None is the NPU [PI2 §4.2] (the CPU alone on a
-    # phone without one); "gpu" asks what the GPU would do in its place
-    hot_unit: Literal["npu", "gpu"] | None = None
+    compute_cores: list[str] | None = Field(
+        None, description="compute threads, one CPU cluster name each (default: every core but the slowest "
+                          "cluster's and the I/O core)")
+    io_cores: list[str] | None = Field(None, description="I/O threads, one cluster name each ([PI2 §5]: one)")
+    cluster_neurons: int = Field(512, ge=1, description="neurons per CPU cluster ([PI2 §4.2]: 512 x 4096)")
+    npu_activation_share: float = Field(
+        0.5, ge=0, le=1, description="share of each expert's offline activations its hottest neurons cover, run "
+                                     "densely on the accelerator ([PI2 §4.2]: half at batch 1)")
+    hot_unit: Literal["npu", "gpu"] | None = Field(
+        None, description="the accelerator for that share (default: the NPU, or the CPU alone on a phone "
+                          "without one)")
+    hot_share: float = Field(0.5, ge=0, le=1, description="share of the neuron cache pinned as the hot region")
+    policy: str = Field("lru", description="the cold region's cache policy ([PI2 §4.3]: neuron-level LRU)")
+    split_gate_read: bool = Field(
+        True, description="read Gate rows first and Up/Down only for neurons whose gate fired ([PI2 §4.4])")
+    prefill_on_npu: bool = Field(True, description="prefill on the NPU ([PI2 §4.1]); false: on the CPU unless "
+                                                   "prefill_unit names a unit")
+    prefill_unit: Unit | None = Field(None, description="where prefill computes (default: the NPU when "
+                                                        "prefill_on_npu and the phone has one, else the CPU)")
+    prefill_block_bytes: int = Field(512 * 1024, ge=4096,
+                                     description="request size of the prefill's sequential prefetch reads")
 
     @field_validator("hot_unit", mode="before")
     @classmethod
@@ -54,13 +68,6 @@ class PowerInfer2Knobs(Knobs):
             raise ValueError("the hot share runs on an accelerator (npu or gpu); npu_activation_share=0 leaves "
                              "every neuron to the CPU")
         return unit
-    hot_share: float = Field(0.5, ge=0, le=1)  # share of the neuron cache in the hot region
-    policy: str = "lru"  # cold region [PI2 §4.3]: neuron-level LRU
-    split_gate_read: bool = True  # [PI2 §4.4]: Gate first, Up/Down only if the gate fired
-    prefill_on_npu: bool = True  # [PI2 §4.1]; false: prefill on the CPU unless prefill_unit names a unit
-    # None: the NPU when prefill_on_npu and the phone has one, else the CPU
-    prefill_unit: Unit | None = None
-    prefill_block_bytes: int = Field(512 * 1024, ge=4096)  # sequential prefetch reads
 
     @field_validator("prefill_unit")
     @classmethod
