@@ -25,6 +25,8 @@ def memory(
     offload: float | None = typer.Option(None, "--offload", help="Fraction of FFN weights kept only on flash."),
     weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="fp32, fp16, int8 or int4."),
     context_tokens: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context-tokens", help="KV-cache length."),
+    strategy: str = typer.Option("powerinfer2", "--strategy",
+                                 help="Whose layout: predictors and resident FFN scales depend on it."),
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE",
         help="Repeatable; VALUE is YAML; one edit per field. A profile field by its path as in sim run: device.<path> "
@@ -32,6 +34,7 @@ def memory(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the DRAM breakdown for a model on a device at a budget or offload fraction."""
+    from sim.engine.strategies.base import get_strategy
     from sim.outputs import json_text
     from sim.profiles.formats import check_dtype
 
@@ -43,8 +46,15 @@ def memory(
         raise SimError(f"must be at most the model's max_context {mod.max_context}, got {context_tokens}",
                        field="--context-tokens")
     dev = load_device(with_overrides("device", device, overrides))
+    strat = get_strategy(strategy)
+    if strat.name == "dense":  # as sim run: every weight in DRAM
+        if memory_budget is not None or offload not in (None, 0, 0.0):
+            raise SimError("the dense strategy keeps every weight in DRAM; drop --memory-budget/--offload",
+                           field="--strategy")
+        offload = 0.0
     plan = plan_memory(mod, dev, budget=memory_budget, offload=offload,
-                       weights_dtype=check_dtype(weights_dtype), context_tokens=context_tokens)
+                       weights_dtype=check_dtype(weights_dtype), context_tokens=context_tokens,
+                       predictor=strat.uses_predictor, split_scales=strat.split_scales)
     if json_out:
         print(json_text({**plan.to_dict(), "overrides": overrides}))
         return

@@ -54,7 +54,7 @@ def show(name: str = typer.Argument(..., help="Profile name or path."),
         names = ", ".join(bundled_names("device") + bundled_names("model"))
         raise SimError(f"unknown profile {name!r}; bundled: {names}", field="NAME")
     data = matches[0].model_dump(mode="json")
-    print(json_text(data) + "\n" if json_out else yaml.safe_dump(data, sort_keys=False), end="")
+    print(json_text(data) + "\n" if json_out else yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="")
 
 
 @app.command("validate")

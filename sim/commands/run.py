@@ -96,7 +96,8 @@ def run(
              "index or * (device.cpu.clusters.big.cores=3), :scale to multiply "
              "(device.storage.rand_read.*.gbps:scale=2)."),
     timeline: Path | None = typer.Option(None, "--timeline", help="Write Chrome/Perfetto trace JSON."),
-    gantt: Path | None = typer.Option(None, "--gantt", help="Draw a Gantt chart PNG of the first tokens."),
+    gantt: Path | None = typer.Option(None, "--gantt",
+                                      help="Draw a Gantt chart of the first tokens (.png, .pdf or .svg)."),
     tokens_csv: Path | None = typer.Option(None, "--tokens-csv", help="Write per-token rows as CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
@@ -177,10 +178,11 @@ def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> 
         if key in s:
             head.add_row(key, _fmt(s[key]))
     console.print(head)
-    phases = Table("phase", "ms per token", title="where decode time goes")
-    for name, ms in s["phases_ms_per_token"].items():
-        phases.add_row(name, f"{ms:.2f}")
-    console.print(phases)
+    if s["phases_ms_per_token"]:  # the cost model of some strategies has no phases
+        phases = Table("phase", "ms per token", title="where decode time goes")
+        for name, ms in s["phases_ms_per_token"].items():
+            phases.add_row(name, f"{ms:.2f}")
+        console.print(phases)
     mem = Table("component", "GB", title="DRAM")
     for name, value in s["memory"].items():
         if name != "ffn_resident_fraction":

@@ -68,14 +68,15 @@ def knob_rows(name: str) -> list[dict[str, Any]]:
 
 
 def type_name(annotation: Any) -> str:
-    """A knob's type as a user writes it: ``int``, ``list[str]``, ``npu|gpu``, with ``| none`` when optional."""
+    """A knob's type as a user writes it: ``int``, ``list[str]``, ``npu|gpu``, with ``| null`` (YAML's
+    spelling of "leave it to the default") when optional."""
     args = typing.get_args(annotation)
     origin = typing.get_origin(annotation)
     if origin is typing.Literal:
         return "|".join(str(a) for a in args)
     if origin in (typing.Union, types.UnionType):
         inner = [type_name(a) for a in args if a is not type(None)]
-        return " | ".join(inner) + (" | none" if type(None) in args else "")
+        return " | ".join(inner) + (" | null" if type(None) in args else "")
     if origin is list:
         return f"list[{type_name(args[0])}]"
     return getattr(annotation, "__name__", str(annotation))

@@ -242,6 +242,10 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
     if params is not None:
         chosen = load_params(params)
     else:
+        if preset is None:
+            from sim.profiles.registry import load_model
+
+            load_model(model)  # an unknown model is named as such, not as a missing preset
         name = preset or model
         if name not in preset_names():
             raise SimError(f"no preset named {name!r}; pass --preset NAME or --params FILE "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections import defaultdict
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -30,6 +31,33 @@ _CPU_ONLY = frozenset({"cpu"})
 class Thread:
     name: str
     core: CpuCluster
+
+
+def compute_label(cluster: str, index: int) -> str:
+    """A compute thread's unit label, ``cpu:big0``; a cluster whose name ends in a digit or a
+    dash gets a dash before the index (``cpu:x4-0``), so :func:`unit_kind` can read it back."""
+    return f"cpu:{cluster}{'-' if cluster[-1:].isdigit() or cluster.endswith('-') else ''}{index}"
+
+
+def io_label(index: int, cluster: str) -> str:
+    return f"io{index}:{cluster}"
+
+
+_COMPUTE = re.compile(r"cpu:(.+?)-?(\d+)")
+_IO = re.compile(r"io(\d+):(.+)")
+
+
+def unit_kind(unit: str) -> tuple[str, str | None]:
+    """(the kind of a unit label, its CPU cluster or None): ``cpu:mid-hi2`` -> (``cpu:mid-hi``,
+    ``mid-hi``), ``io0:big`` -> (``io:big``, ``big``), ``npu`` -> (``npu``, None). Thread
+    labels carry an index per thread; a kind groups the threads of one cluster."""
+    m = _COMPUTE.fullmatch(unit)
+    if m:
+        return f"cpu:{m.group(1)}", m.group(1)
+    m = _IO.fullmatch(unit)
+    if m:
+        return f"io:{m.group(2)}", m.group(2)
+    return unit, None
 
 
 class ThreadPool(simpy.Store):
@@ -116,7 +144,7 @@ class Machine:
         self.threads = self._threads(compute_cores)
         self.free_threads = ThreadPool(env, self.threads)
         self.threads_by_speed = list(self.free_threads.items)  # the order the pool hands them out
-        self.io_threads = [Thread(f"io{i}:{name}", device.cpu.cluster(name)) for i, name in enumerate(io_cores)]
+        self.io_threads = [Thread(io_label(i, name), device.cpu.cluster(name)) for i, name in enumerate(io_cores)]
         self.io_free = simpy.Store(env, capacity=max(1, len(self.io_threads)))
         for th in self.io_threads:
             self.io_free.put(th)
@@ -137,7 +165,7 @@ class Machine:
         threads = []
         for name in names:
             core = self.device.cpu.cluster(name)
-            threads.append(Thread(f"cpu:{name}{counts[name]}", core))
+            threads.append(Thread(compute_label(name, counts[name]), core))
             counts[name] += 1
         return threads
 
@@ -351,15 +379,12 @@ class Machine:
         n_threads = max(1, min(issuers, len(self.io_threads)))
         grabbed = self.io_free.items[:n_threads]  # what _take_many would hand out
         cores = [th.core for th in grabbed]
-        n_cores = self.flash.issuing_cores(cores)
         duration = self.flash.parallel_batch_time_s(n_requests, block_bytes, cores, sequential=sequential,
                                                     span_bytes=span_bytes, blocking=blocking, other_issuers=0)
         self.usage.flash_bytes += n_requests * block_bytes
         self.usage.flash_requests += n_requests
-        busy = self.usage.busy_s
-        busy["storage"] += (start + duration) - start  # as _span books it: end minus start
-        for th in grabbed:
-            busy[th.name] += duration * n_cores / n_threads
+        self.usage.busy_s["storage"] += (start + duration) - start  # as _span books it: end minus start
+        self._charge_issuers(grabbed, duration)
         return duration
 
     # -- storage ---------------------------------------------------------------------------
@@ -413,7 +438,7 @@ class Machine:
                        span_bytes: int | None, issuers: int, blocking: bool) -> Event:
         """One batch split over several I/O threads: a single storage event (a barrier).
 
-        The issuing cores' busy time is charged once per core, spread over the threads, so
+        The issuing cores' busy time is charged once per core (:meth:`_charge_issuers`), so
         32 threads on 8 cores do not count as 32 busy cores.
         """
         n_threads = max(1, min(issuers, len(self.io_threads)))
@@ -436,9 +461,19 @@ class Machine:
         self.usage.flash_bytes += n_requests * block_bytes
         self.usage.flash_requests += n_requests
         self._span("storage", name, start)
-        for th in grabbed:
-            self.usage.busy_s[th.name] += duration * n_cores / n_threads
+        self._charge_issuers(grabbed, duration)
         yield from self._give_many(store, grabbed)
+
+    def _charge_issuers(self, threads: list[Thread], duration: float) -> None:
+        """Each core the threads occupy is busy for ``duration`` once, shared by the threads on
+        its cluster: 6 of 32 readers on a one-core cluster charge that core 100%, not 6/32 of
+        all the cores the readers use."""
+        per_cluster: dict[str, int] = defaultdict(int)
+        for th in threads:
+            per_cluster[th.core.name] += 1
+        for th in threads:
+            n = per_cluster[th.core.name]
+            self.usage.busy_s[th.name] += duration * min(n, th.core.cores) / n
 
     # -- accelerators ------------------------------------------------------------------------
     def accel_time_s(self, unit: str, weight_bytes: float, ops: float, dtype: str, agents: frozenset[str],

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from sim.engine.machine import unit_kind
 from sim.profiles.device import DeviceProfile
 from sim.profiles.memory import MemoryPlan
 
@@ -73,14 +75,13 @@ def _energy_per_token(device: DeviceProfile, busy_s: dict[str, float], decode_s:
     profile's ``dram_w_per_gbps`` (W per GB/s is J per GB), all from the profile's figures."""
     assert device.power is not None
     joules = device.power.idle_w * decode_s + device.power.dram_w_per_gbps * dram_bytes / 1e9
+    cluster_busy: dict[str, float] = defaultdict(float)
     for unit, seconds in busy_s.items():
-        if unit.startswith("cpu:") or unit.startswith("io"):
-            name = unit.split(":", 1)[1].rstrip("0123456789")
-            try:
-                watts = device.cpu.cluster(name).active_w or 0.0
-            except KeyError:
-                watts = 0.0
-        elif unit == "storage":
+        _, cluster = unit_kind(unit)
+        if cluster is not None:  # compute and I/O threads alike: the core runs the UFS driver [PI2 §2.3]
+            cluster_busy[cluster] += seconds
+            continue
+        if unit == "storage":
             watts = device.storage.active_w or 0.0
         elif unit in ("npu", "gpu"):
             acc = getattr(device, unit)
@@ -88,4 +89,9 @@ def _energy_per_token(device: DeviceProfile, busy_s: dict[str, float], decode_s:
         else:
             watts = 0.0
         joules += watts * seconds
+    for name, seconds in cluster_busy.items():
+        # More threads than cores (LLM in a Flash's 32 readers) share the cores: a cluster is
+        # never charged for more than all its cores busy for the whole run.
+        core = device.cpu.cluster(name)
+        joules += (core.active_w or 0.0) * min(seconds, core.cores * decode_s)
     return joules / n_tokens if n_tokens else 0.0

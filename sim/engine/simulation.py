@@ -162,6 +162,9 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
         raise SimError(f"expected a mapping of knob names to values, got {type(knobs).__name__}", field="knobs")
     knob_values = parse_knobs(strat_cls, dict(knobs or {}))
     knob_policy = getattr(knob_values, "policy", None)
+    if policy is not None and "policy" in knob_values.model_fields_set and policy != knob_policy:
+        raise SimError(f"{policy} contradicts knob policy={knob_policy}; give the cache policy once",
+                       field="--policy")
     if policy is not None or knob_policy is not None:
         check_timed_policy(policy or knob_policy, strat_cls.keeps_profile,
                            field="--policy" if policy is not None else "knobs.policy")

@@ -208,6 +208,9 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
                                          or not 0 < min_tokens_per_s < math.inf):
         raise SimError(f"must be a number > 0, got {min_tokens_per_s!r}", field="--min-tokens-per-s")
     dev = load_device(device)
+    if objective == "energy" and dev.power is None:
+        raise SimError(f"{dev.name}'s profile has no power figures, so energy per token is unknown; add a power "
+                       "section or plan for tokens_per_s", field="--objective")
     # a name stays a name (the plan file names it); a path, a mapping or an object is the profile itself
     base = {"device": device if isinstance(device, str) else dev,
             "model": model if isinstance(model, str) else load_model(model), "strategy": "powerinfer2",

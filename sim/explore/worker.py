@@ -19,6 +19,7 @@ import time
 from typing import Any
 
 from sim import kernel_cache
+from sim.engine.machine import unit_kind
 from sim.errors import SimError
 
 # Summary keys that repeat the configuration columns (kept once, from the configuration).
@@ -89,8 +90,8 @@ def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
     for key, value in summary.items():
         if key in _CONFIG_KEYS:
             continue
-        if key == "utilisation" and isinstance(value, dict):
-            out.update(_utilisation_by_kind(value))
+        if key in ("utilisation", "prefill_utilisation") and isinstance(value, dict):
+            out.update(_utilisation_by_kind(value, key))
         elif isinstance(value, dict):
             for sub, v in value.items():
                 out[f"{key}.{sub}"] = _scalar(v)
@@ -101,7 +102,7 @@ def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _utilisation_by_kind(util: dict[str, float]) -> dict[str, float]:
+def _utilisation_by_kind(util: dict[str, float], prefix: str = "utilisation") -> dict[str, float]:
     """Mean busy fraction per kind of unit: ``cpu:mid-hi0..2`` -> ``utilisation.cpu:mid-hi``.
 
     A run has one unit per thread (LLM in a Flash reads with 32 I/O threads); one column per
@@ -109,10 +110,8 @@ def _utilisation_by_kind(util: dict[str, float]) -> dict[str, float]:
     """
     groups: dict[str, list[float]] = {}
     for unit, frac in util.items():
-        kind, _, where = unit.partition(":")
-        name = f"{kind.rstrip('0123456789')}:{where.rstrip('0123456789')}" if where else kind.rstrip("0123456789")
-        groups.setdefault(name, []).append(float(frac))
-    return {f"utilisation.{k}": sum(v) / len(v) for k, v in sorted(groups.items())}
+        groups.setdefault(unit_kind(unit)[0], []).append(float(frac))
+    return {f"{prefix}.{k}": sum(v) / len(v) for k, v in sorted(groups.items())}
 
 
 def _scalar(value: Any) -> Any:

@@ -32,8 +32,8 @@ def test_a_strategys_knobs_carry_their_types_and_the_defaults_a_run_uses(capsys)
     for knob, row in rows.items():
         assert row["default"] == getattr(defaults, knob), knob
     assert rows["cluster_neurons"]["type"] == "int"
-    assert rows["compute_cores"]["type"] == "list[str] | none"
-    assert rows["hot_unit"]["type"] == "npu|gpu | none"
+    assert rows["compute_cores"]["type"] == "list[str] | null"
+    assert rows["hot_unit"]["type"] == "npu|gpu | null"
 
 
 def test_the_table_prints_bracketed_types_and_yaml_defaults(capsys):
