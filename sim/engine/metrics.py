@@ -16,8 +16,8 @@ from sim.profiles.memory import MemoryPlan
 
 def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, prefill_s: float,
               prompt_tokens: int, busy_s: dict[str, float], warnings: list[str],
-              decode_dram_bytes: float | None = None, prefill_busy_s: dict[str, float] | None = None
-              ) -> dict[str, Any]:
+              decode_dram_bytes: float | None = None, prefill_busy_s: dict[str, float] | None = None,
+              decode_flash_requests: int | None = None) -> dict[str, Any]:
     lat = tokens["latency_s"].to_numpy()
     decode_s = float(lat.sum())
     requests = int(tokens["requests"].sum())
@@ -50,7 +50,28 @@ def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, 
         out["dram_bytes_per_token"] = decode_dram_bytes / len(lat)  # weights streamed from DRAM to compute
     if device.power is not None and busy_s:
         out["energy_j_per_token"] = _energy_per_token(device, busy_s, decode_s, len(lat), tokens,
-                                                      decode_dram_bytes or 0.0)
+                                                      decode_dram_bytes or 0.0, decode_flash_requests)
+    return out
+
+
+def _io_cpu_seconds(device: DeviceProfile, busy_s: dict[str, float], flash_requests: int | None) -> dict[str, float]:
+    """``busy_s`` with each I/O thread's time cut to the CPU work its reads cost.
+
+    An I/O thread is busy (in the utilisation table) while its reads are in flight, but its
+    core burns power only for the driver's work per request ([PI2 §2.3]: the CPU runs the
+    UFS driver, so the issuing core sets the 4 KiB random-read rate). That rate bounds the
+    work: at most ``page_bytes / io_4k_gbps`` of the core per request. The run's requests
+    are shared among the I/O threads in proportion to their busy time.
+    """
+    io = {u: s for u, s in busy_s.items() if unit_kind(u)[0].startswith("io:")}
+    total = sum(io.values())
+    if flash_requests is None or total <= 0:
+        return dict(busy_s)
+    out = dict(busy_s)
+    for unit, seconds in io.items():
+        core = device.cpu.cluster(unit_kind(unit)[1] or "")
+        per_request = device.storage.page_bytes / (core.io_4k_gbps * 1e9)
+        out[unit] = min(seconds, flash_requests * seconds / total * per_request)
     return out
 
 
@@ -70,15 +91,15 @@ def _thrash_warning(hits: int, requests: int, plan: MemoryPlan) -> list[str]:
 
 
 def _energy_per_token(device: DeviceProfile, busy_s: dict[str, float], decode_s: float, n_tokens: int,
-                      tokens: pd.DataFrame, dram_bytes: float) -> float:
+                      tokens: pd.DataFrame, dram_bytes: float, flash_requests: int | None = None) -> float:
     """Busy time x active power per unit, idle power over the run, and DRAM traffic at the
     profile's ``dram_w_per_gbps`` (W per GB/s is J per GB), all from the profile's figures."""
     assert device.power is not None
     joules = device.power.idle_w * decode_s + device.power.dram_w_per_gbps * dram_bytes / 1e9
     cluster_busy: dict[str, float] = defaultdict(float)
-    for unit, seconds in busy_s.items():
+    for unit, seconds in _io_cpu_seconds(device, busy_s, flash_requests).items():
         _, cluster = unit_kind(unit)
-        if cluster is not None:  # compute and I/O threads alike: the core runs the UFS driver [PI2 §2.3]
+        if cluster is not None:
             cluster_busy[cluster] += seconds
             continue
         if unit == "storage":

@@ -270,6 +270,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
         strat.warm_token(t, layers, warm)
 
     decode_dram_bytes = None  # the discrete-event run books DRAM traffic; the cost model does not
+    decode_flash_requests = None
     prefill_busy: dict[str, float] = {}  # busy seconds per unit during prefill (DES only)
     if mode == "analytic":
         prefill_s = float("nan")
@@ -285,6 +286,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
             yield from strat.prefill(prefill_stats)
             prefill_done = env.now
             rows.append({"_prefill_s": prefill_done - start, "_dram_bytes": machine.usage.dram_bytes,
+                         "_flash_requests": machine.usage.flash_requests,
                          "_prefill_busy_s": {k: v for k, v in machine.usage.busy_s.items() if v > 0}})
             for i, (t, layers) in enumerate(tokens_iter):
                 machine.token = i
@@ -300,12 +302,14 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
         first_row = rows.pop(0)
         prefill_s = first_row["_prefill_s"]
         decode_dram_bytes = machine.usage.dram_bytes - first_row["_dram_bytes"]
+        decode_flash_requests = machine.usage.flash_requests - first_row["_flash_requests"]
         prefill_busy = first_row["_prefill_busy_s"]
         busy = {c[5:-2]: float(sum(r.get(c, 0.0) for r in rows)) for c in sorted({k for r in rows for k in r})
                 if c.startswith("busy_")}
     df = pd.DataFrame(rows)
     summary = summarise(df, plan=plan, device=dev, prefill_s=prefill_s, prompt_tokens=prompt_tokens,
                         busy_s=busy, prefill_busy_s=prefill_busy, decode_dram_bytes=decode_dram_bytes,
+                        decode_flash_requests=decode_flash_requests,
                         warnings=run_warnings + sorted(machine.flash.extrapolated))
     summary.update(device=dev.name, model=mod.name, strategy=strat_cls.name, mode=mode, seed=seed,
                    trace_source=tr.meta.source, wall_s=time.perf_counter() - wall0)

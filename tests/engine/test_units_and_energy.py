@@ -112,3 +112,20 @@ def test_sim_memory_shows_the_layout_of_the_strategy_a_run_uses(capsys, strategy
     ran = json.loads(capsys.readouterr().out)["memory"]
     assert shown["neuron_cache_bytes"] == ran["neuron_cache"]
     assert ("predictors" in shown["resident"]) == ("predictors" in ran)
+
+
+def test_an_io_thread_is_charged_the_driver_work_of_its_requests_not_its_waiting():
+    from sim.engine.metrics import _io_cpu_seconds
+
+    dev = h.device()
+    big, mid = dev.cpu.cluster("big"), dev.cpu.cluster("mid")
+    page = dev.storage.page_bytes
+    busy = {"io0:big": 1.0, "io1:mid": 3.0, "cpu:big0": 2.0, "storage": 4.0}
+    out = _io_cpu_seconds(dev, busy, 1000)
+    # requests shared by busy time (250 and 750), each at the core's 4 KiB issue time
+    assert out["io0:big"] == pytest.approx(250 * page / (big.io_4k_gbps * 1e9))
+    assert out["io1:mid"] == pytest.approx(750 * page / (mid.io_4k_gbps * 1e9))
+    assert out["cpu:big0"] == 2.0 and out["storage"] == 4.0  # compute and the device itself: as busy
+    # never more than the time the thread was busy
+    assert _io_cpu_seconds(dev, busy, 10**12)["io0:big"] == 1.0
+    assert _io_cpu_seconds(dev, busy, None) == busy  # the cost model counts no requests
