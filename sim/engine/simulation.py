@@ -246,11 +246,15 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     # and the rest are decoded. profile_tokens=0 profiles on the decoded tokens themselves (an
     # oracle profile). By default a generated trace gets DEFAULT_PROFILE_TOKENS extra tokens;
     # a given trace is used as it is (profile 0) unless profile_tokens says otherwise.
+    run_warnings = []
     if profile_tokens is None:
         profile_tokens = DEFAULT_PROFILE_TOKENS if trace is None else 0
+        if trace is not None and strat_cls.keeps_profile:
+            run_warnings.append("the hot-neuron profile comes from the decoded tokens themselves (an oracle that "
+                                "knows the future, so the hot set is optimistic); --profile-tokens N profiles on "
+                                "the trace's first N tokens instead")
     first = profile_tokens + warmup_tokens
     tr = replayable(resolve_trace(mod, trace, preset, first + decode_tokens, seed), read_ahead=TRACE_READ_AHEAD)
-    run_warnings = []
     if tr.meta.model and tr.meta.model != mod.name:
         run_warnings.append(f"the trace is of {tr.meta.model}, the run simulates {mod.name}: same FFN shape, "
                             f"but the activations (sparsity, locality) are {tr.meta.model}'s")

@@ -6,6 +6,8 @@
 - A plan for energy on a phone without power figures, and a cache policy given twice with
   different values, are refused in one line.
 - `sim memory --strategy` shows the layout that strategy's run uses.
+- A run on a given trace that profiles hot neurons on the decoded tokens (the default)
+  says the profile is an oracle.
 """
 
 from __future__ import annotations
@@ -129,3 +131,16 @@ def test_an_io_thread_is_charged_the_driver_work_of_its_requests_not_its_waiting
     # never more than the time the thread was busy
     assert _io_cpu_seconds(dev, busy, 10**12)["io0:big"] == 1.0
     assert _io_cpu_seconds(dev, busy, None) == busy  # the cost model counts no requests
+
+
+def test_an_oracle_profile_by_default_is_said_out_loud():
+    m = h.model(h.TINY_MOE)
+
+    def warnings(strategy="powerinfer2", **kw):
+        return simulate(h.device(), m, strategy, trace=h.trace(m, 14), decode_tokens=6, prompt_tokens=8,
+                        warmup_tokens=4, offload=0.5, **kw).summary["warnings"]
+
+    assert any("an oracle" in w for w in warnings())
+    assert not any("an oracle" in w for w in warnings(profile_tokens=4))
+    assert not any("an oracle" in w for w in warnings(profile_tokens=0))  # asked for knowingly
+    assert not any("an oracle" in w for w in warnings("llm-in-flash"))  # keeps no profile
