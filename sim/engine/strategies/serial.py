@@ -3,10 +3,11 @@
 LLM in a Flash loads a layer's neurons and only then computes it [FLASH §3], and
 llama.cpp's page faults stall the faulting threads [mmap]; neither overlaps I/O with
 compute. Such a token is a list of steps (a CPU phase on the compute threads, a call on
-the GPU or NPU, or a batch of flash reads from several issuing threads), so the discrete-event run and the
-analytic closed form charge exactly the same work: the DES replays the steps through
-:class:`~sim.engine.machine.Machine`, the analytic mode adds up their service times.
-With nothing running concurrently the two agree exactly, which a test holds.
+the GPU or NPU, or a batch of flash reads from several issuing threads), so the
+discrete-event run and the analytic closed form charge exactly the same work: the DES
+replays the steps through :class:`~sim.engine.machine.Machine`, the analytic mode adds up
+their service times. With nothing running concurrently the two agree exactly, which a
+test holds.
 """
 
 from __future__ import annotations
