@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from collections import defaultdict
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import Any
 
 import simpy
 
+from sim.engine.units import accelerator, compute_label, io_label
 from sim.hw.dram import DramModel
 from sim.hw.flash import FlashModel
 from sim.hw.processors import accel_kernel_time_s, cpu_demand_gbps, cpu_kernel_time_s, cpu_parallel_time_s
@@ -31,33 +31,6 @@ _CPU_ONLY = frozenset({"cpu"})
 class Thread:
     name: str
     core: CpuCluster
-
-
-def compute_label(cluster: str, index: int) -> str:
-    """A compute thread's unit label, ``cpu:big0``; a cluster whose name ends in a digit or a
-    dash gets a dash before the index (``cpu:x4-0``), so :func:`unit_kind` can read it back."""
-    return f"cpu:{cluster}{'-' if cluster[-1:].isdigit() or cluster.endswith('-') else ''}{index}"
-
-
-def io_label(index: int, cluster: str) -> str:
-    return f"io{index}:{cluster}"
-
-
-_COMPUTE = re.compile(r"cpu:(.+?)-?(\d+)")
-_IO = re.compile(r"io(\d+):(.+)")
-
-
-def unit_kind(unit: str) -> tuple[str, str | None]:
-    """(the kind of a unit label, its CPU cluster or None): ``cpu:mid-hi2`` -> (``cpu:mid-hi``,
-    ``mid-hi``), ``io0:big`` -> (``io:big``, ``big``), ``npu`` -> (``npu``, None). Thread
-    labels carry an index per thread; a kind groups the threads of one cluster."""
-    m = _COMPUTE.fullmatch(unit)
-    if m:
-        return f"cpu:{m.group(1)}", m.group(1)
-    m = _IO.fullmatch(unit)
-    if m:
-        return f"io:{m.group(2)}", m.group(2)
-    return unit, None
 
 
 class ThreadPool(simpy.Store):
@@ -479,7 +452,7 @@ class Machine:
     def accel_time_s(self, unit: str, weight_bytes: float, ops: float, dtype: str, agents: frozenset[str],
                      batch: int = 1, launches: int = 1) -> float:
         """An NPU/GPU call's time with ``agents`` (including ``unit``) streaming from DRAM."""
-        prof = self.device.npu if unit == "npu" else self.device.gpu
+        prof = accelerator(self.device, unit)
         assert prof is not None
         bw = self.dram.agent_gbps(unit, agents)
         return accel_kernel_time_s(prof, weight_bytes, ops, bw, dtype, batch, launches)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.engine.machine import unit_kind
+from sim.engine.units import accelerator, unit_kind
 from sim.profiles.device import DeviceProfile
 from sim.profiles.memory import MemoryPlan
 
@@ -105,7 +105,7 @@ def _energy_per_token(device: DeviceProfile, busy_s: dict[str, float], decode_s:
         if unit == "storage":
             watts = device.storage.active_w or 0.0
         elif unit in ("npu", "gpu"):
-            acc = getattr(device, unit)
+            acc = accelerator(device, unit)
             watts = (acc.active_w or 0.0) if acc else 0.0
         else:
             watts = 0.0

@@ -28,6 +28,7 @@ from sim.engine.metrics import summarise
 from sim.engine.neuron_cache import check_timed_policy
 from sim.engine.strategies.base import UNIT_KNOBS, RunContext, TokenStats, get_strategy, parse_knobs
 from sim.engine.trace_replay import replayable
+from sim.engine.units import accelerator
 from sim.engine.workload import check_trace_matches, iter_token_layers, popularity
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
@@ -192,10 +193,10 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
         raise SimError(f"the dense strategy keeps every weight in DRAM: {exc.detail}", field="--strategy") from None
     for knob in UNIT_KNOBS:  # an accelerator named by a knob must be on the phone
         unit = getattr(knob_values, knob, None)
-        if unit in ("gpu", "npu") and getattr(dev, unit) is None:
+        if unit in ("gpu", "npu") and accelerator(dev, unit) is None:
             # hot_unit names an accelerator only: leaving it out is how the CPU runs everything
             units = [u for u in ("cpu", "gpu", "npu") if (u == "cpu" and knob != "hot_unit") or
-                     (u != "cpu" and getattr(dev, u) is not None)]
+                     (u != "cpu" and accelerator(dev, u) is not None)]
             choice = f"choose one of {', '.join(units)}" if units else "leave it out to run on the CPU"
             raise SimError(f"{dev.name} has no {unit}; {choice}", field=knob)
     compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)

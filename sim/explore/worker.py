@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 from sim import kernel_cache
-from sim.engine.machine import unit_kind
+from sim.engine.units import unit_kind
 from sim.errors import SimError
 
 # Summary keys that repeat the configuration columns (kept once, from the configuration).

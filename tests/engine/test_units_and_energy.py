@@ -21,8 +21,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.cli import main
-from sim.engine.machine import compute_label, io_label, unit_kind
 from sim.engine.simulation import simulate
+from sim.engine.units import compute_label, io_label, unit_kind
 from sim.errors import SimError
 from sim.explore.worker import flatten_summary
 

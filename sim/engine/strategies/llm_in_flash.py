@@ -60,8 +60,9 @@ from sim.engine.strategies.base import (
     register,
 )
 from sim.engine.strategies.serial import Step, compute, cpu, on_unit, read, run_steps, spread_threads, steps_time_s
+from sim.engine.units import accelerator
 from sim.engine.workload import LayerWork
-from sim.profiles.device import Accelerator, DeviceProfile
+from sim.profiles.device import DeviceProfile
 
 # [FLASH §4]: "we use 32 threads" to read from flash (parallel reads raise SSD throughput).
 FLASH_IO_THREADS = 32
@@ -143,7 +144,8 @@ class LlmInFlash(Strategy):
         # Whether decode can multiply just the predicted rows: the CPU can; a unit without
         # gathered-row kernels multiplies the matrix that holds them instead (the window's
         # rows, or every row of the chosen experts when all are resident).
-        self.gathers = knobs.decode_unit == "cpu" or self._accelerator(knobs.decode_unit).sparse_kernels
+        unit = accelerator(dev, knobs.decode_unit)  # None: the CPU (check_options refuses a missing unit)
+        self.gathers = unit is None or unit.sparse_kernels
 
     def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
         for work in layers:
@@ -224,11 +226,6 @@ class LlmInFlash(Strategy):
         steps.append(compute(unit, "ffn_s", "ffn", w.weight_bytes, w.ops, dtype,
                              kernel="dense_gemv" if dense else "sparse_gemv"))
         return steps
-
-    def _accelerator(self, unit: str) -> Accelerator:
-        acc = self.ctx.device.npu if unit == "npu" else self.ctx.device.gpu
-        assert acc is not None  # check_options refuses a unit the phone lacks
-        return acc
 
     def _head_steps(self, unit: str) -> list[Step]:
         w = self.ctx.costs.lm_head()

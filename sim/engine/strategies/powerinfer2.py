@@ -32,6 +32,7 @@ from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
 from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, Unit, register
+from sim.engine.units import accelerator
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
 
@@ -108,7 +109,7 @@ class PowerInfer2(Strategy):
         # without an NPU runs everything on the CPU; a GPU named by the knob must exist
         # (check_options refuses it otherwise).
         self.hot_unit = knobs.hot_unit or "npu"
-        self.use_npu = getattr(ctx.device, self.hot_unit) is not None and knobs.npu_activation_share > 0
+        self.use_npu = accelerator(ctx.device, self.hot_unit) is not None and knobs.npu_activation_share > 0
         self.is_npu, self.npu_count = self._npu_set() if self.use_npu else (None, None)
         self._flags = placement_flags(self.cache.is_hot, self.is_npu)  # what route_neurons reads
         bundle = ctx.model.bundle(ctx.dtype, ctx.device.storage.page_bytes)
@@ -386,8 +387,7 @@ class PowerInfer2(Strategy):
         env.process(prefetch())
         attn = costs.attention(p, batch=p)
         layer = Work(costs.layer_weight_bytes(), attn.ops + costs.dense_ffn().ops * p)
-        acc = None if unit == "cpu" else getattr(ctx.device, unit)
-        convert, on_unit, unit_dtype = costs.on_unit(acc, layer, costs.layer_weights())
+        convert, on_unit, unit_dtype = costs.on_unit(accelerator(ctx.device, unit), layer, costs.layer_weights())
         start = ready  # what layer i's compute waits for
         if convert is not None:  # [PI2 §4.1]: the CPU converts each layer once it is in DRAM,
             converted = [env.event() for _ in range(model.n_layers)]  # while the unit runs the last
@@ -437,7 +437,7 @@ class PowerInfer2(Strategy):
             npu_ffn = 0.0
             if n_npu:
                 w = costs.neurons(n_npu)
-                npu_ffn = accel_kernel_time_s(getattr(ctx.device, self.hot_unit), w.weight_bytes, w.ops,
+                npu_ffn = accel_kernel_time_s(accelerator(ctx.device, self.hot_unit), w.weight_bytes, w.ops,
                                               m.dram.agent_gbps(self.hot_unit, frozenset(both)), dtype)
             io = 0.0
             for _, _, gate_miss, ud_miss in clusters:

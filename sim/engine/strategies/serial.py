@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from sim.engine.costs import ModelCosts, Work
 from sim.engine.machine import Machine
 from sim.engine.strategies.base import Event, TokenStats
+from sim.engine.units import accelerator
 from sim.profiles.device import DeviceProfile
 
 
@@ -66,8 +67,7 @@ def on_unit(costs: ModelCosts, device: DeviceProfile, unit: str, phase: str, nam
     """``work`` (a product over ``n_weights`` weights of the run's format) on ``unit``: one
     compute step, after a CPU step converting the weights when the unit cannot compute on
     that format (its profile's ``formats``; charged to ``dequantize_s``)."""
-    acc = None if unit == "cpu" else getattr(device, unit)
-    convert, unit_work, dtype = costs.on_unit(acc, work, n_weights)
+    convert, unit_work, dtype = costs.on_unit(accelerator(device, unit), work, n_weights)
     steps = [] if convert is None else [cpu("dequantize_s", "dequantize", convert.weight_bytes, convert.ops,
                                             costs.dtype, kernel="dequant")]
     return [*steps, compute(unit, phase, name, unit_work.weight_bytes, unit_work.ops, dtype, batch=batch,
