@@ -104,7 +104,7 @@ def _memory_summary(kwargs: dict[str, Any]) -> dict[str, Any]:
 # Row status (the ``status`` column): a prediction, a run that raised, or a figure kept for the record.
 OK, FAILED, NOT_MODELLED = "ok", "failed", "not modelled"
 COLUMNS = ["id", "source", "device", "model", "strategy", "metric", "setting", "published", "predicted",
-           "error_pct", "within_tolerance", "tolerance_pct", "required", "modelled", "status", "error"]
+           "error_pct", "within_tolerance", "tolerance_pct", "required", "modelled", "status", "error", "known_gap"]
 
 
 def check_ids(ids: list[str] | None, points: list[dict[str, Any]] | None = None) -> None:
@@ -136,6 +136,8 @@ def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error:
 
     ``status`` says what a row holds: ``ok`` (a prediction), ``failed`` (the run raised;
     ``error`` says why) or ``not modelled`` (kept for the record; ``error`` gives the reason).
+    ``known_gap`` carries the point's note of why the prediction is known to be off (None for
+    a point held to its tolerance), so a table read alone says which misses are understood.
     Unknown ids and a bad ``decode_tokens`` raise :class:`SimError` before any point runs.
     """
     if on_error not in ("record", "raise"):
@@ -155,34 +157,38 @@ def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error:
     for point in points:
         if ids and point["id"] not in ids:
             continue
-        if point.get("modelled") is False:  # a published figure kept for the record, with the reason
-            rows.append({"id": point["id"], "source": point["source"], "device": point.get("device", ""),
-                         "model": point.get("model", ""), "strategy": point.get("strategy", ""),
-                         "metric": point["metric"], "setting": point.get("setting", ""),
-                         "published": float(point["published"]), "predicted": float("nan"),
-                         "error_pct": float("nan"), "within_tolerance": False,
-                         "error": f"not modelled: {point['why']}", "tolerance_pct": float("nan"),
-                         "required": False, "modelled": False, "status": NOT_MODELLED})
-            continue
-        try:
-            row = run_point(point, decode_tokens=decode_tokens)
-            if not math.isfinite(row["predicted"]):  # no number to compare: a failure, not an error of nan%
-                raise SimError(f"the run gave {row['predicted']} for {point['metric']!r}", field="metric")
-            rows.append({**row, "modelled": True, "status": OK})
-        except SimError as exc:
-            if on_error == "raise":
-                raise
-            rows.append({"id": point["id"], "source": point["source"], "device": point["device"],
-                         "model": point["model"], "strategy": point["strategy"], "metric": point["metric"],
-                         "setting": point.get("memory_budget") or (
-                             f"offload {point['offload']}" if "offload" in point else ""),
-                         "published": float(point["published"]), "predicted": float("nan"),
-                         "error_pct": float("nan"), "within_tolerance": False, "error": str(exc),
-                         "tolerance_pct": 100 * float(point.get("tolerance", DEFAULT_TOLERANCE)),
-                         "required": bool(point.get("required", True)), "modelled": True, "status": FAILED})
+        rows.append({**_point_row(point, decode_tokens, on_error), "known_gap": point.get("known_gap")})
     # Every table has the same columns (``error`` is empty when every point ran), so callers can index them.
     df = pd.DataFrame(rows)
     return df.reindex(columns=[*COLUMNS, *[c for c in df.columns if c not in COLUMNS]])
+
+
+def _point_row(point: dict[str, Any], decode_tokens: int, on_error: str) -> dict[str, Any]:
+    """One point's row: its prediction, the failure (``on_error="record"``) or why it is not modelled."""
+    if point.get("modelled") is False:  # a published figure kept for the record, with the reason
+        return {"id": point["id"], "source": point["source"], "device": point.get("device", ""),
+                "model": point.get("model", ""), "strategy": point.get("strategy", ""),
+                "metric": point["metric"], "setting": point.get("setting", ""),
+                "published": float(point["published"]), "predicted": float("nan"),
+                "error_pct": float("nan"), "within_tolerance": False,
+                "error": f"not modelled: {point['why']}", "tolerance_pct": float("nan"),
+                "required": False, "modelled": False, "status": NOT_MODELLED}
+    try:
+        row = run_point(point, decode_tokens=decode_tokens)
+        if not math.isfinite(row["predicted"]):  # no number to compare: a failure, not an error of nan%
+            raise SimError(f"the run gave {row['predicted']} for {point['metric']!r}", field="metric")
+        return {**row, "modelled": True, "status": OK}
+    except SimError as exc:
+        if on_error == "raise":
+            raise
+        return {"id": point["id"], "source": point["source"], "device": point["device"],
+                "model": point["model"], "strategy": point["strategy"], "metric": point["metric"],
+                "setting": point.get("memory_budget") or (
+                    f"offload {point['offload']}" if "offload" in point else ""),
+                "published": float(point["published"]), "predicted": float("nan"),
+                "error_pct": float("nan"), "within_tolerance": False, "error": str(exc),
+                "tolerance_pct": 100 * float(point.get("tolerance", DEFAULT_TOLERANCE)),
+                "required": bool(point.get("required", True)), "modelled": True, "status": FAILED}
 
 
 def point_budget_bytes(point: dict[str, Any], *, context_tokens: int = 128) -> int:

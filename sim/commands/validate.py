@@ -5,12 +5,16 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from sim.errors import SimError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def register(app: typer.Typer) -> None:
@@ -71,11 +75,34 @@ def validate_cmd(
             console.print("mean absolute percentage error: - (no point has a prediction)")
         for source, group in df[ok].groupby(df.loc[ok, "source"].str.extract(r"^(\[\w+\])")[0]):
             console.print(f"  {source}: MAPE {group['error_pct'].abs().mean():.1f}% over {len(group)} points")
+        notes = _gap_notes(df[ok])
+        if notes:
+            console.print("outside tolerance, with what is known about why (known_gap in published.yaml):")
+            for line in notes:
+                console.print(f"  {line}", markup=False, highlight=False)
         for path in written:
             console.print(f"wrote plot: {path}")
     failed = df.loc[df["status"] == FAILED, "id"].tolist()
     if failed:  # a point that should run could not: the table says why, the exit status says so
         raise SimError(f"{len(failed)} point(s) could not run: {', '.join(failed)} (the table gives each error)")
+
+
+def _gap_notes(df: pd.DataFrame) -> list[str]:
+    """One line per point whose prediction misses its tolerance, or whose note no longer applies.
+
+    A miss with no note is either new or a regression, and says so; a note on a point now
+    within tolerance is stale. Either way the table alone tells a reader which errors are
+    understood, without the README.
+    """
+    lines = []
+    for row in df.to_dict("records"):
+        gap = row.get("known_gap")
+        gap = gap if isinstance(gap, str) and gap else None
+        if not row["within_tolerance"]:
+            lines.append(f"{row['id']}: {gap or 'no known reason recorded (a new point, or a regression)'}")
+        elif gap:
+            lines.append(f"{row['id']}: now within tolerance; its known_gap no longer applies")
+    return lines
 
 
 def _setting(value: object) -> str:
