@@ -13,7 +13,7 @@ import sys
 import typer
 
 from sim import kernel_cache
-from sim.errors import SimError
+from sim.errors import SimError, Stopped, interrupt_behind
 
 app = typer.Typer(
     name="sim",
@@ -25,6 +25,7 @@ app = typer.Typer(
 
 # Command modules, in help order. Groups are mounted under their name; modules with
 # ``register`` add top-level commands.
+INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as shells report it; commands never use it otherwise
 COMMAND_MODULES = ["run", "strategies", "validate", "profiles", "memory", "cache", "trace", "sweep", "plan"]
 
 
@@ -44,14 +45,19 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI; user errors become one line on stderr and exit status 2."""
     try:
         rc = app(args=argv, prog_name="sim", standalone_mode=False)
+        if rc == INTERRUPTED:  # typer turns a Ctrl-C no command handled into Exit(130), silently
+            print("error: interrupted", file=sys.stderr)
         if isinstance(rc, int) and rc:  # `raise typer.Exit(n)` comes back as n without standalone mode
             return rc
     except SimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except Stopped as exc:  # a command that saved its work first says what it kept
+        print(exc.message, file=sys.stderr)
+        return exc.status
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except SystemExit as exc:
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
     except OSError as exc:  # disk full, permissions, a path that vanished: the user's to fix
@@ -71,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             if message or where:  # an empty one is `sim` with no arguments: the help was the answer
                 print(f"error: {where}{message}", file=sys.stderr)
             return int(exc.exit_code) or 2
+        if interrupt_behind(exc) is not None:  # Ctrl-C inside a compiled (numba) kernel
+            print("error: interrupted", file=sys.stderr)
+            return INTERRUPTED
         if type(exc).__name__ in ("Abort", "Exit"):
             return int(getattr(exc, "exit_code", 1) or 0)
         repaired = kernel_cache.repair(exc)  # a corrupt numba cache file: removed, so a rerun works

@@ -23,6 +23,32 @@ class SimError(Exception):
         super().__init__(": ".join([*parts, text]) if parts else text)
 
 
+class Stopped(Exception):
+    """A command stopped by a signal after saving its work: the CLI prints ``message`` as it
+    is (it says what was kept) and exits with ``status`` (130 for Ctrl-C, 143 for SIGTERM)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
 def fail(message: str, *, source: str | None = None, field: str | None = None) -> SimError:
     """Build a :class:`SimError`; written ``raise fail(...)`` so call sites read as prose."""
     return SimError(message, source=source, field=field)
+
+
+def interrupt_behind(exc: BaseException | None) -> BaseException | None:
+    """The Ctrl-C (or SIGTERM raised as one) behind ``exc``, if any.
+
+    A signal whose handler raises while a compiled (numba) kernel runs comes out as a
+    SystemError ("returned a result with an exception set") caused by the interrupt: that is
+    the user stopping the run, which the CLI reports as such, not as a crash.
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, KeyboardInterrupt):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None

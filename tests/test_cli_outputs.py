@@ -294,3 +294,30 @@ def test_profiles_json_is_strict_and_ends_with_a_newline(capsys):
     assert main(["profiles", "show", "turbosparse-mistral-7b", "--json"]) == 0
     out = capsys.readouterr().out
     assert out.endswith("}\n") and _strict_json(out)["max_context"] == 32768
+
+
+def test_ctrl_c_inside_a_compiled_kernel_is_an_interruption_not_a_traceback(monkeypatch, capsys):
+    """Ctrl-C while a numba kernel runs surfaces as a SystemError caused by KeyboardInterrupt;
+    the CLI must report it as an interruption (exit 130), as for Ctrl-C anywhere else."""
+    from sim.engine import simulation
+
+    def interrupted(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as signal_exc:
+            raise SystemError("CPUDispatcher(<function neuron_chunk>) returned a result with an exception "
+                              "set") from signal_exc
+
+    monkeypatch.setattr(simulation, "simulate", interrupted)
+    assert main(["run", "--decode-tokens", "2"]) == 130
+    assert capsys.readouterr().err == "error: interrupted\n"
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(simulation, "simulate", ctrl_c)  # typer turns this one into Exit(130) itself
+    assert main(["run", "--decode-tokens", "2"]) == 130
+    assert capsys.readouterr().err == "error: interrupted\n"
+    monkeypatch.setattr(simulation, "simulate", lambda *a, **k: 1 / 0)
+    with pytest.raises(ZeroDivisionError):  # a real bug still shows its traceback
+        main(["run", "--decode-tokens", "2"])

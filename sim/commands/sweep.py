@@ -14,7 +14,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from sim.errors import SimError
+from sim.errors import SimError, Stopped
 from sim.outputs import PLOT_SUFFIXES, check_output
 
 RESULT_SUFFIXES = (".parquet",)  # the store writes Parquet only (its parts, resume and compaction rely on it)
@@ -80,8 +80,7 @@ def run(
         report = run_sweep(spec, out, workers=workers, scheduler=scheduler or dask, retry_failed=retry_failed,
                            prune=prune, progress=progress, commit_every_s=commit_every)
     except SweepInterrupted as stop:
-        print(stop.message, file=sys.stderr)
-        raise typer.Exit(stop.exit_status) from None
+        raise Stopped(stop.message, stop.exit_status) from None
     for note in report.notes:
         print(f"note: {note}")
     print(f"sweep {spec.name}: {report.total} points, {report.skipped} already done, {report.ran} run, "

@@ -23,6 +23,7 @@ import contextlib
 import json
 import numbers
 import os
+import threading
 import time
 import uuid
 import warnings
@@ -56,10 +57,16 @@ class ResultStore:
         self.flush_rows = flush_rows
         self.flush_interval_s = flush_interval_s
         self._buffer: list[dict[str, Any]] = []
-        self._last_flush = time.monotonic()
+        self._buffered_at = 0.0  # when the oldest buffered row arrived
         self._lock_fd: int | None = None
         self._seq = 0
         self.notes: list[str] = []
+        # Rows become durable within flush_interval_s of finishing, even when the next row is
+        # slow to come (one long point): a flusher thread commits them when they are due.
+        self._cond = threading.Condition()
+        self._flusher: threading.Thread | None = None
+        self._stopping = False
+        self._flush_error: BaseException | None = None
 
     # -- lifetime -------------------------------------------------------------------------------
     def __enter__(self) -> ResultStore:
@@ -88,25 +95,73 @@ class ResultStore:
                 tmp.unlink(missing_ok=True)
             for tmp in folder.glob(".part-*.tmp"):
                 tmp.unlink(missing_ok=True)
+        if self.flush_interval_s > 0:
+            self._stopping = False
+            self._flusher = threading.Thread(target=self._flush_when_due, daemon=True, name="sweep-store-flush")
+            self._flusher.start()
 
     def close(self) -> None:
         try:
+            self._stop_flusher()
             self.flush()
         finally:
             if self._lock_fd is not None:
                 os.close(self._lock_fd)  # releases the flock
                 self._lock_fd = None
 
+    def _stop_flusher(self) -> None:
+        if self._flusher is None:
+            return
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        self._flusher.join()
+        self._flusher = None
+
+    def _flush_when_due(self) -> None:
+        """Commit buffered rows once the oldest has waited ``flush_interval_s`` (flusher thread)."""
+        with self._cond:
+            while not self._stopping:
+                if not self._buffer:
+                    self._cond.wait()
+                    continue
+                wait = self._buffered_at + self.flush_interval_s - time.monotonic()
+                if wait > 0:
+                    self._cond.wait(min(wait, threading.TIMEOUT_MAX))
+                    continue
+                try:
+                    self._write_buffer()
+                except Exception as exc:  # e.g. a full disk: the rows stay buffered; the sweep hears of it
+                    self._flush_error = exc
+                    return
+
     # -- writing --------------------------------------------------------------------------------
     def append(self, row: dict[str, Any]) -> None:
-        """Buffer a finished row; it becomes durable at the next flush (size or time based)."""
-        self._buffer.append(row)
-        if len(self._buffer) >= self.flush_rows or time.monotonic() - self._last_flush >= self.flush_interval_s:
-            self.flush()
+        """Buffer a finished row; it is durable within ``flush_interval_s`` (at once when that is 0,
+        or when ``flush_rows`` are waiting)."""
+        self._raise_flush_error()
+        with self._cond:
+            if not self._buffer:
+                self._buffered_at = time.monotonic()
+            self._buffer.append(row)
+            if len(self._buffer) >= self.flush_rows or self.flush_interval_s <= 0:
+                self._write_buffer()
+            else:
+                self._cond.notify_all()  # the flusher times the new row
 
     def flush(self) -> None:
         """Write buffered rows as one part file (durable once this returns)."""
-        self._last_flush = time.monotonic()
+        self._raise_flush_error()
+        with self._cond:
+            self._write_buffer()
+
+    def _raise_flush_error(self) -> None:
+        if self._flush_error is not None:
+            exc, self._flush_error = self._flush_error, None
+            raise SimError(f"cannot save finished rows ({type(exc).__name__}: {exc})", source=str(self.out))
+
+    def _write_buffer(self) -> None:
+        """Write the buffer as one part file; the caller holds ``_cond``."""
         if not self._buffer:
             return
         rows, self._buffer = self._buffer, []
@@ -164,6 +219,7 @@ class ResultStore:
         spec's points first, in its order, with its axis columns; rows of other points stay
         after them (sorted by id) unless ``prune``.
         """
+        self._stop_flusher()
         self.flush()
         parts = self.part_files()
         stored = self.load()

@@ -20,7 +20,7 @@ from typing import Any
 
 from sim import kernel_cache
 from sim.engine.units import unit_kind
-from sim.errors import SimError
+from sim.errors import SimError, interrupt_behind
 
 # Summary keys that repeat the configuration columns (kept once, from the configuration).
 _CONFIG_KEYS = {"device", "model", "strategy", "mode", "seed", "wall_s"}
@@ -34,7 +34,7 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
     try:
         row.update(flatten_summary(_simulate(task).summary))
     except Exception as exc:  # a failing point is data, not a crash of the sweep
-        interrupt = _interrupt_behind(exc)
+        interrupt = interrupt_behind(exc)
         if interrupt is not None:
             raise interrupt from None
         row.update(status="failed", error=error_text(exc))
@@ -57,20 +57,6 @@ def _simulate(task: dict[str, Any]) -> Any:
         return engine.simulate(device, model, task["strategy"], trace=trace_ref["file"], knobs=task["knobs"], **run)
     # simulate keeps generated traces between runs, so a worker's points share one trace.
     return engine.simulate(device, model, task["strategy"], preset=trace_ref["preset"], knobs=task["knobs"], **run)
-
-
-def _interrupt_behind(exc: BaseException) -> BaseException | None:
-    """The Ctrl-C or SIGTERM behind ``exc``, if any. A signal whose handler raises while a
-    compiled (numba) kernel runs comes out as a SystemError ("returned a result with an
-    exception set") caused by the interrupt: that is the sweep being stopped, not the
-    point failing."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        if isinstance(exc, KeyboardInterrupt):
-            return exc
-        exc = exc.__cause__ or exc.__context__
-    return None
 
 
 def error_text(exc: BaseException) -> str:

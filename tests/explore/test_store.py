@@ -33,6 +33,24 @@ def test_rows_are_durable_after_flush_and_compaction_removes_parts(tmp_path):
     assert read_results(out).equals(df)
 
 
+def test_a_finished_row_is_committed_on_time_though_no_other_row_follows(tmp_path):
+    """A sweep whose next point is slow must not hold the last finished row in memory: a
+    crash (SIGKILL) then would lose it, against --commit-every's promise."""
+    import time
+
+    out = tmp_path / "r.parquet"
+    with ResultStore(out, flush_interval_s=0.05) as store:
+        store.append(row(1))
+        store.append(row(2))
+        deadline = time.monotonic() + 10.0  # generous on a loaded machine; normally ~0.05 s
+        while not store.part_files() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        # what a fresh process would find if this one were killed now
+        assert sorted(ResultStore(out).load()["point_id"]) == ["p001", "p002"]
+        store.append(row(3))
+    assert sorted(ResultStore(out).load()["point_id"]) == ["p001", "p002", "p003"]
+
+
 def test_a_crash_after_compaction_but_before_deleting_parts_duplicates_nothing(tmp_path):
     out = tmp_path / "r.parquet"
     with ResultStore(out, flush_rows=1) as store:
