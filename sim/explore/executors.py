@@ -24,7 +24,7 @@ from typing import Any
 
 from sim.checks import check_int
 from sim.errors import SimError
-from sim.explore.worker import run_point
+from sim.explore.worker import exit_with_parent, run_point
 
 MAX_STRIKES = 2
 SCHEMES = ("tcp://", "tls://", "ws://", "wss://", "inproc://", "ucx://")
@@ -72,7 +72,8 @@ class PoolExecutor(Executor):
         ctx = mp.get_context(method)
         if method == "forkserver":
             ctx.set_forkserver_preload(["sim.explore.worker", "sim.engine.simulation"])
-        return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=exit_with_parent,
+                                   initargs=(os.getpid(),))
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is not None and self._pool is not None:  # interrupted: do not wait for running points

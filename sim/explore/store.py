@@ -76,9 +76,29 @@ class ResultStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def check_existing(self) -> None:
+        """Refuse an ``out`` that holds anything but a sweep's results, before anything is written.
+
+        Merging sweep rows into someone else's Parquet file would rewrite it; one without the
+        store's columns could not even be read back as results.
+        """
+        if self.out.is_dir():
+            raise SimError("is a folder; give a file name such as results.parquet", source=str(self.out),
+                           field="--out")
+        if not self.out.is_file():
+            return
+        try:
+            names = set(pq.read_schema(self.out).names)
+        except Exception as exc:
+            raise SimError(f"cannot read the existing results ({type(exc).__name__}); move the file away or "
+                           "choose another --out", source=str(self.out)) from None
+        missing = [c for c in (ID, "status") if c not in names]
+        if missing:
+            raise SimError(f"is not a sweep's results file (it has no {' or '.join(missing)} column); move it "
+                           "away or choose another --out", source=str(self.out), field="--out")
+
     def open(self) -> None:
-        if self.out.exists() and self.out.is_dir():
-            raise SimError("is a folder; give a file name such as results.parquet", field="--out")
+        self.check_existing()
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.parts_dir.mkdir(exist_ok=True)
         fd = os.open(self.lock_path, os.O_CREAT | os.O_RDWR, 0o644)
@@ -182,6 +202,7 @@ class ResultStore:
         """Every stored row, one per point id (compacted file plus committed parts)."""
         frames = []
         if self.out.is_file():
+            self.check_existing()
             frames.append(self._read_compacted())
         frames += [df for df in (self._read_part(p) for p in self.part_files()) if df is not None]
         return dedupe(concat(frames)) if frames else pd.DataFrame({ID: []})

@@ -15,12 +15,37 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from typing import Any
 
 from sim import kernel_cache
 from sim.engine.units import unit_kind
 from sim.errors import SimError, interrupt_behind
+
+PARENT_POLL_S = 1.0  # how often a pool worker checks that the sweep's process is still there
+
+
+def exit_with_parent(parent_pid: int, poll_s: float = PARENT_POLL_S) -> None:
+    """Pool-worker initializer: end this worker soon after the process that started the pool.
+
+    A sweep or plan killed outright (SIGKILL, the OOM killer, a batch job's hard limit) runs
+    no clean-up, and its workers would otherwise live on, finishing points nobody will store
+    and holding the caller's terminal or pipe open. The workers are children of the fork
+    server, not of the sweep, so the parent-death signal cannot do this; a thread polls.
+    """
+    def watch() -> None:
+        while True:
+            time.sleep(poll_s)
+            try:
+                os.kill(parent_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:  # the pid exists (reused by another user): keep going
+                pass
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
 
 # Summary keys that repeat the configuration columns (kept once, from the configuration).
 _CONFIG_KEYS = {"device", "model", "strategy", "mode", "seed", "wall_s"}

@@ -159,3 +159,18 @@ def test_canonical_columns_do_not_depend_on_arrival_order():
             "status", "knobs.a", "x", "project_version"]
     assert canonical_columns(cols, ["x"]) == canonical_columns(list(reversed(cols)), ["x"])
     assert canonical_columns(cols, ["x"])[:6] == ["point_id", "status", "error", "x", "strategy", "knobs.a"]
+
+
+def test_a_parquet_file_that_is_not_sweep_results_is_refused_untouched(tmp_path):
+    """--out pointing at a user's own Parquet file must not be merged into (rewritten) nor
+    crash on its missing columns, and refusing it writes nothing beside it."""
+    out = tmp_path / "mine.parquet"
+    for frame in (pd.DataFrame({"a": [1, 2]}), pd.DataFrame({"point_id": ["x"], "a": [1]})):
+        frame.to_parquet(out)
+        before = out.read_bytes()
+        with pytest.raises(SimError, match=r"mine.parquet: --out: is not a sweep's results file"):
+            ResultStore(out).open()
+        with pytest.raises(SimError, match="is not a sweep's results file"):
+            ResultStore(out).load()
+        assert out.read_bytes() == before
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.parquet"]

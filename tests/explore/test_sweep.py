@@ -185,3 +185,30 @@ def test_an_axis_of_profile_objects_is_labelled_by_name_and_digest(tmp_path):
     for device_hash, row in rows.iterrows():
         assert row["device"] in ("oneplus-12", f"oneplus-12#{device_hash[:8]}")
     assert rows["device"].str.contains("#").sum() == 1
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc")
+def test_pool_workers_end_soon_after_the_process_that_started_them_is_killed():
+    """SIGKILL on a sweep runs no clean-up: its workers must not live on (finishing points
+    nobody stores, holding the caller's pipe open) but follow it within seconds."""
+    script = ("import os, time\n"
+              "from sim.explore.executors import PoolExecutor\n"
+              "pool = PoolExecutor(1)._new_pool()\n"
+              "print(pool.submit(os.getpid).result(), flush=True)\n"
+              "time.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    worker = int(proc.stdout.readline())
+    proc.kill()
+    proc.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
+        except FileNotFoundError:
+            return False
+
+    deadline = time.monotonic() + 30
+    while alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not alive(worker), "the pool worker outlived the killed sweep"
