@@ -118,10 +118,16 @@ class PlanResult:
         note = (f"# ({' and '.join(self.given_as_objects)} given as a profile object: save it as YAML, e.g. "
                 "yaml.safe_dump(profile.model_dump(mode='json')), to run it; the profile_hashes below tell "
                 "sim run --plan whether it is the same)\n") if self.given_as_objects else ""
+        # The run the prediction was confirmed with, so the printed command reproduces it
+        # exactly (sim run's defaults differ: 128 decode tokens against the plan's 32).
+        tokens = self.settings.get("decode_tokens")
+        warmup, seed = self.settings.get("warmup_tokens", 16), self.settings.get("seed", 0)
+        flags = (f" --decode-tokens {tokens}" if tokens is not None else "") + \
+            (f" --warmup-tokens {warmup}" if warmup != 16 else "") + (f" --seed {seed}" if seed else "")
         head = (f"# sim plan: {self.model} on {self.device} at memory budget {self.memory_budget} "
                 f"(objective {self.objective})\n"
                 f"# use it: sim run --device {refs['device']} --model {refs['model']} "
-                f"--memory-budget {self.memory_budget}{f' --preset {preset}' if preset else ''}{sets} "
+                f"--memory-budget {self.memory_budget}{f' --preset {preset}' if preset else ''}{flags}{sets} "
                 "--plan PLAN.yaml\n") + note
         return head + yaml.dump(self.plan_mapping(), Dumper=_PlanDumper, sort_keys=False, default_flow_style=False)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 import yaml
@@ -72,9 +73,11 @@ def test_plan_writes_a_plan_that_sim_run_accepts_and_reproduces(tmp_path, capsys
     assert yaml.safe_load(printed) == plan
     assert set(plan["knobs"]) == {"compute_cores", "io_cores", "cluster_neurons", "npu_activation_share",
                                   "hot_share", "policy", "hot_unit"}
-    run = ["run", *common, "--decode-tokens", "8", "--warmup-tokens", "4", "--json"]
-    assert main([*run, "--plan", str(plan_file)]) == 0
+    # the command the plan's header prints, as printed, reproduces its prediction
+    use_it = plan_file.read_text().splitlines()[1].removeprefix("# use it: sim ")
+    assert main([*shlex.split(use_it.replace("PLAN.yaml", str(plan_file))), "--json"]) == 0
     planned = json.loads(capsys.readouterr().out)["decode_tokens_per_s"]
+    run = ["run", *common, "--decode-tokens", "8", "--warmup-tokens", "4", "--json"]
     assert main(run) == 0
     default = json.loads(capsys.readouterr().out)["decode_tokens_per_s"]
     assert planned == pytest.approx(plan["predicted"]["decode_tokens_per_s"], rel=1e-5)
