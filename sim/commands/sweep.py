@@ -108,6 +108,17 @@ def _dry_run(spec: Path, out: Path) -> None:
         print(f"  ... and {len(left) - 20} more")
 
 
+def _averaged_note(df: Any, shown: list[str | None]) -> None:
+    """Say so when rows that differ in a run setting the plot does not show share its cells."""
+    from sim.explore.plots import averaged_settings
+
+    mixed = averaged_settings(df, shown)
+    if mixed:
+        print(f"note: rows that differ in {', '.join(mixed)} (not on the plot's axes) are averaged together; "
+              "plot one of them as an axis, or keep each sweep in its own results file (--prune drops rows "
+              "of other specs)", file=sys.stderr)
+
+
 def _unfinished_note(results: Path) -> None:
     """Say so when the plotted rows include ones a sweep has not merged into ``results`` yet."""
     from sim.explore.store import has_unmerged_parts
@@ -135,6 +146,7 @@ def plot(
     check_output(target, "--out", suffixes=PLOT_SUFFIXES)
     line_plot(df, x, y, hue, target)
     print(f"wrote {target}")
+    _averaged_note(df, [x, hue])
     _unfinished_note(results)
 
 
@@ -162,6 +174,7 @@ def heatmap_cmd(
     check_metric(df, value, "--value")
     save_figure(plot_sweep_heatmap(df, x, y, value).figure, target)
     print(f"wrote {target}")
+    _averaged_note(df, [x, y])
     _unfinished_note(results)
 
 

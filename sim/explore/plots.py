@@ -46,6 +46,27 @@ def check_axis(df: pd.DataFrame, column: str | None, flag: str) -> None:
                    f"{', '.join(varying) or '(none)'}", field=flag)
 
 
+def averaged_settings(df: pd.DataFrame, shown: list[str | None]) -> list[str]:
+    """Run settings that differ between the successful rows yet are not among ``shown`` (the
+    plot's axes): their rows share cells and are averaged. Seeds are meant to be; anything
+    else (a model, a token count, a knob) usually means the file mixes several sweeps."""
+    from sim.explore.store import CONFIG_COLUMNS
+
+    data = _ok_rows(df)
+    keys = [c for c in dict.fromkeys(shown) if c is not None and c in data.columns]
+    candidates = [c for c in data.columns if (c in CONFIG_COLUMNS or str(c).startswith("knobs."))
+                  and c not in keys and c != "seed"]
+    if data.empty or not candidates:
+        return []
+    text = data[candidates].astype(str)  # None and NaN compare as values: a knob one strategy lacks
+    cells = [data[k].astype(str) for k in keys] if keys else [pd.Series(0, index=data.index)]
+    spread = text.groupby(cells).nunique(dropna=False).max()  # values per column in the busiest cell
+    mixed = [str(c) for c in candidates if spread[c] > 1]
+    if "strategy" in mixed:  # each strategy has its own knobs: naming them all says nothing more
+        mixed = [c for c in mixed if not c.startswith("knobs.")]
+    return mixed
+
+
 def numeric_columns(df: pd.DataFrame) -> list[str]:
     """Columns with a number in at least one successful row (what a metric axis can show)."""
     data = _ok_rows(df)

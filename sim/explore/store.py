@@ -301,8 +301,8 @@ def order_rows(stored: pd.DataFrame, axes: pd.DataFrame | None, *, prune: bool =
 
 # Column groups in the order a results table shows them; within "metrics" the headline
 # figures come first. The order never depends on which point finished first.
-_CONFIG = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "prompt_tokens",
-           "decode_tokens", "warmup_tokens", "profile_tokens", "policy", "seed", "mode", "trace")
+CONFIG_COLUMNS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "prompt_tokens",
+                  "decode_tokens", "warmup_tokens", "profile_tokens", "policy", "seed", "mode", "trace")
 _METRICS = ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
             "latency_ms_p99", "energy_j_per_token", "cache_hit_ratio", "cache_miss_ratio_mean",
             "cache_miss_ratio_p99", "flash_bytes_per_token")
@@ -314,7 +314,7 @@ def canonical_columns(columns: list[str], axis_cols: list[str] | None = None) ->
     """A fixed order: id/status/error, axes, configuration, knobs, metrics, metadata, timing."""
     present = set(columns)
     ordered = [c for c in (ID, "status", "error", *(axis_cols or [])) if c in present]
-    ordered += [c for c in _CONFIG if c in present and c not in ordered]
+    ordered += [c for c in CONFIG_COLUMNS if c in present and c not in ordered]
     ordered += sorted(c for c in present if c.startswith("knobs.") and c not in ordered)
     ordered += [c for c in _METRICS if c in present and c not in ordered]
     tail = set(_META) | set(_TIMING)

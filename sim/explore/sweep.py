@@ -149,6 +149,9 @@ def run_sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1
         stopped = stopped or signals.pending
         notes = list(store.notes)
     mine = results[results["point_id"].isin(set(axes["point_id"]))]
+    if len(results) > len(mine):  # kept on purpose (resume, several specs, one file), but not silently
+        notes.append(f"{Path(out).name} also holds {len(results) - len(mine)} rows of points not in this spec "
+                     "(an earlier spec or other settings); plots of the file include them; --prune drops them")
     if stopped is not None:
         raise SweepInterrupted(stopped, Path(out), len(mine), len(points))
     failed = mine[mine["status"] != "ok"]

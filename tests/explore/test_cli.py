@@ -38,6 +38,32 @@ def test_sweep_runs_resumes_and_plots(spec, tmp_path, capsys):
                  "strategy", "--out", str(line)]) == 0
     assert main(["sweep", "heatmap", str(out), "--x", "memory_budget", "--y", "strategy", "--out", str(heat)]) == 0
     assert line.read_bytes()[:4] == PNG and heat.read_bytes()[:4] == PNG
+    assert "averaged together" not in capsys.readouterr().err  # seeds are meant to be averaged
+
+
+def test_a_file_holding_two_sweeps_says_so_when_run_and_when_plotted(spec, tmp_path, capsys):
+    """Rows of an earlier spec stay in the file (resume relies on it), but a plot that would
+    average two token counts into one line must not do it silently."""
+    out = tmp_path / "r.parquet"
+    assert main(["sweep", str(spec), "--out", str(out), "--no-progress"]) == 0
+    longer = yaml.safe_load(spec.read_text())
+    longer["base"]["decode_tokens"] = 6
+    other = tmp_path / "longer.yaml"
+    other.write_text(yaml.safe_dump(longer))
+    capsys.readouterr()
+    assert main(["sweep", str(other), "--out", str(out), "--no-progress"]) == 0
+    assert "note: r.parquet also holds 12 rows of points not in this spec" in capsys.readouterr().out
+    assert main(["sweep", "plot", str(out), "--x", "memory_budget", "--hue", "strategy",
+                 "--out", str(tmp_path / "p.png")]) == 0
+    assert "note: rows that differ in decode_tokens (not on the plot's axes) are averaged" in capsys.readouterr().err
+    assert main(["sweep", "plot", str(out), "--x", "memory_budget", "--hue", "decode_tokens",
+                 "--out", str(tmp_path / "q.png")]) == 0
+    assert "note: rows that differ in strategy (not on" in capsys.readouterr().err  # now the two strategies are
+    assert main(["sweep", "heatmap", str(out), "--x", "memory_budget", "--y", "strategy",
+                 "--out", str(tmp_path / "h.png")]) == 0
+    assert "rows that differ in decode_tokens (not on" in capsys.readouterr().err
+    assert main(["sweep", str(other), "--out", str(out), "--no-progress", "--prune"]) == 0
+    assert "not in this spec" not in capsys.readouterr().out and len(read_results(out)) == 12
 
 
 @pytest.mark.parametrize("args, message", [
