@@ -129,7 +129,6 @@ def profile_with_overrides(kind: str, ref: Any, overrides: list[tuple[str, Any]]
 
 def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None) -> dict[str, Any]:
     """The complete configuration of one point (raises SettingError when it is not runnable)."""
-    import sim
     from sim.engine.strategies.base import get_strategy, parse_knobs
 
     resolver = resolver or Resolver(Path.cwd(), "spec")
@@ -172,7 +171,7 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
     with _blame("memory_budget"):
         run_resolved["memory_budget"] = _budget(run_resolved["memory_budget"])
     task = {
-        "version": sim.__version__,
+        "version": version(),
         "device": profiles["device"],
         "model": profiles["model"],
         "strategy": strategy_cls.name,
@@ -204,9 +203,26 @@ def _budget(value: Any) -> Any:
 
 
 def version() -> str:
+    """The package version plus a digest of its code, as a point's id and rows record it.
+
+    The version string alone never changes in a checkout, so after a ``git pull`` (an
+    editable install) a resumed sweep would skip every finished point and mix rows of two
+    simulators in one file. With the code's digest those points run again; the old rows stay
+    (a sweep says so; ``--prune`` drops them).
+    """
     import sim
 
-    return sim.__version__
+    return f"{sim.__version__}+{code_digest()}"
+
+
+@functools.lru_cache(maxsize=1)
+def code_digest() -> str:
+    """Digest of the package's Python sources (data files are hashed where a point uses them)."""
+    root = Path(__file__).resolve().parent.parent
+    h = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:12]
 
 
 # -- row columns ------------------------------------------------------------------------------------

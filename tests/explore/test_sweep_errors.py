@@ -258,3 +258,16 @@ def test_a_renamed_model_keeps_its_own_preset_in_a_sweep_too():
     task = resolve_settings({"model": "turbosparse-mixtral-47b", "model.name": "turbosparse-mistral-7b"})
     assert task["model"]["name"] == "turbosparse-mistral-7b"
     assert task["trace"]["preset"] == "turbosparse-mixtral-47b"  # not the other model's activations
+
+
+def test_a_point_id_covers_the_simulator_code(monkeypatch):
+    """After a code change (a git pull in an editable install) a resumed sweep must run its
+    points again, not keep rows of the old simulator beside new ones as if one."""
+    from sim.explore import resolve
+
+    settings = {"model": "turbosparse-mistral-7b", "memory_budget": "3GB"}
+    before = resolve.resolve_settings(settings)
+    assert before["version"].endswith("+" + resolve.code_digest())
+    monkeypatch.setattr(resolve, "code_digest", lambda: "0123456789ab")
+    after = resolve.resolve_settings(settings)
+    assert after["id"] != before["id"] and after["version"].endswith("+0123456789ab")
