@@ -46,8 +46,11 @@ def no_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("work started before the arguments were checked")
 
     import sim.cache.compare
+    import sim.explore.planner
     import sim.traces.fit
     import sim.traces.synth
+
+    monkeypatch.setattr(sim.explore.planner, "plan", forbidden)
 
     monkeypatch.setattr(validation, "run_point", forbidden)
     monkeypatch.setattr(sim.cache.compare, "compare_requests", forbidden)
@@ -142,6 +145,8 @@ def _unwritable(tmp_path: Path, name: str) -> str:
     (["trace", "synth", "--model", "llama-2-7b", "--tokens", "2", "--out", "{tmp}/x.trace"], "--out",
      "allowed: .npz"),
     (["trace", "stats", "{trace}", "--plot", "{tmp}/s.gif"], "--plot", "allowed: .png, .pdf, .svg"),
+    (["plan", "--memory-budget", "8GB", "--out", "{tmp}/plan.json"], "--out", "allowed: .yaml, .yml"),
+    (["plan", "--memory-budget", "8GB", "--out", "{bad}/plan.yaml"], "--out", "cannot write"),
 ])
 def test_bad_output_paths_fail_first_in_one_line(no_runs, tmp_path, requests_csv, capsys, argv, flag, message):
     trace = tmp_path / "t.npz"
@@ -321,3 +326,12 @@ def test_ctrl_c_inside_a_compiled_kernel_is_an_interruption_not_a_traceback(monk
     monkeypatch.setattr(simulation, "simulate", lambda *a, **k: 1 / 0)
     with pytest.raises(ZeroDivisionError):  # a real bug still shows its traceback
         main(["run", "--decode-tokens", "2"])
+
+
+@pytest.mark.parametrize(("flag", "value", "allowed"), [("--split", "foo", "shared, per-layer"),
+                                                       ("--granularity", "foo", "neuron, cluster")])
+def test_cache_compare_names_its_own_flag_for_a_bad_choice(no_runs, tmp_path, capsys, flag, value, allowed):
+    trace = tmp_path / "t.npz"
+    toy_trace(n_tokens=4).save(trace)
+    assert main(["cache", "compare", "--trace", str(trace), "--sizes", "10%", flag, value]) == 2
+    assert _one_line_error(capsys) == f"error: {flag}: must be one of {allowed}; got '{value}'"

@@ -48,6 +48,7 @@ def compare(
 ) -> None:
     """Replay a trace or request stream through cache policies at several sizes."""
     from sim.cache.compare import compare_requests, compare_trace, parse_policies
+    from sim.cache.layout import GRANULARITIES, SPLITS
     from sim.outputs import check_output, json_text
     from sim.traces.format import Trace
 
@@ -64,6 +65,9 @@ def compare(
         raise SimError(f"must be in [0, 1], got {hot_fraction}", field="--hot-fraction")
     if cluster_neurons < 1:
         raise SimError(f"must be >= 1, got {cluster_neurons}", field="--cluster-neurons")
+    for flag, value, allowed in (("--granularity", granularity, GRANULARITIES), ("--split", split, SPLITS)):
+        if value not in allowed:  # named by the flag here, not by the library's field
+            raise SimError(f"must be one of {', '.join(allowed)}; got {value!r}", field=flag)
     if trace is not None:
         tr = Trace.load(trace)
         prof = Trace.load(profile) if profile is not None else None

@@ -9,6 +9,7 @@ import typer
 
 from sim.commands.settings import own_preset, parse_sets, profile_sets, with_overrides
 from sim.errors import SimError
+from sim.outputs import check_output
 
 
 def register(app: typer.Typer) -> None:
@@ -42,6 +43,7 @@ def plan(
 
     from sim.explore.planner import plan as search
 
+    check_output(out, "--out", suffixes=(".yaml", ".yml"))  # before minutes of search, not after
     overrides, typed = parse_sets(sets)
     profile_sets(overrides)
     preset = own_preset(model, overrides, None, preset)
@@ -58,7 +60,7 @@ def plan(
         try:
             out.write_text(text)
         except OSError as exc:
-            raise SimError(f"cannot write: {exc.strerror or exc}", source=str(out)) from None
+            raise SimError(f"cannot write: {exc.strerror or exc}", source=str(out), field="--out") from None
     print(text, end="")
     console = Console(stderr=True)
     table = Table("plan", "tokens/s (DES)", "analytic", "J/token", "knobs changed from the default",
