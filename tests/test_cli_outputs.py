@@ -335,3 +335,19 @@ def test_cache_compare_names_its_own_flag_for_a_bad_choice(no_runs, tmp_path, ca
     toy_trace(n_tokens=4).save(trace)
     assert main(["cache", "compare", "--trace", str(trace), "--sizes", "10%", flag, value]) == 2
     assert _one_line_error(capsys) == f"error: {flag}: must be one of {allowed}; got '{value}'"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["run", "--set", "cluster_neurons=99999999999999999999"], "--set cluster_neurons: must be <= 1048576"),
+    (["run", "--strategy", "llm-in-flash", "--set", "window_k=99999999999999999999"], "--set window_k: must be <="),
+    (["run", "--seed", "99999999999999999999999999"], "--seed: must be an integer in [0, 2**63 - 1]"),
+    (["trace", "record", "--model", "tiny", "--text", "{text}", "--tokens", "2", "--out", "{tmp}/r.npz",
+      "--seed", "-1"], "--seed: must be an integer in [0, 2**63 - 1]"),
+])
+def test_integers_beyond_what_the_engine_holds_are_refused_in_one_line(tmp_path, capsys, argv, message):
+    """A knob or seed too large for 64 bits crashed the compiled kernels or, in a sweep, the
+    results writer after the points had run (their rows lost)."""
+    text = tmp_path / "t.txt"
+    text.write_text("hello")
+    assert main([a.format(text=text, tmp=tmp_path) for a in argv]) == 2
+    assert message in _one_line_error(capsys)

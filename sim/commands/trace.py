@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from sim.checks import check_int
 from sim.errors import SimError
 from sim.outputs import check_output
 
@@ -54,6 +55,7 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
            ) -> None:
     """Run the numpy inference core on a text and record its activation trace."""
     _positive(tokens, "--tokens")
+    check_int(seed, "--seed")
     if not text.is_file():
         raise SimError("no such text file", source=str(text), field="--text")
     check_output(out, "--out", suffixes=TRACE_SUFFIXES)
@@ -234,8 +236,7 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
 
     _positive(tokens, "--tokens")
     _positive(chunk_tokens, "--chunk-tokens")
-    if seed < 0:
-        raise SimError(f"must be an integer >= 0, got {seed}", field="--seed")
+    check_int(seed, "--seed")
     if preset is not None and params is not None:
         raise SimError("give either --preset or --params, not both", field="--preset")
     check_output(out, "--out", suffixes=TRACE_SUFFIXES)

@@ -146,7 +146,7 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
     decode_tokens = check_int(decode_tokens, "--decode-tokens", 1, None)
     warmup_tokens = check_int(warmup_tokens, "--warmup-tokens", 0, None)
     profile_tokens = None if profile_tokens is None else check_int(profile_tokens, "--profile-tokens", 0, None)
-    seed = check_int(seed, "--seed", 0, None)
+    seed = check_int(seed, "--seed")  # [0, 2**63 - 1]: stored as int64 (sweep rows, trace metadata)
     check_dtype(weights_dtype)
     if offload is not None and (isinstance(offload, bool) or not isinstance(offload, numbers.Real)):
         raise SimError(f"must be a fraction in [0, 1], got {offload!r}", field="--offload")

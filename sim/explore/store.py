@@ -407,8 +407,8 @@ def normalise_column(s: pd.Series) -> pd.Series:
 def _kind(v: Any) -> str:
     if isinstance(v, bool | np.bool_):
         return "bool"
-    if isinstance(v, numbers.Integral):
-        return "int"
+    if isinstance(v, numbers.Integral):  # beyond 64 bits Parquet has no integer for it: stored as text
+        return "int" if -(2**63) <= int(v) < 2**63 else "other"
     if isinstance(v, numbers.Real):
         return "float"
     if isinstance(v, str):

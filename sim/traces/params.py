@@ -141,8 +141,8 @@ def layer_profile(spec: Any, n_layers: int, *, source: str, where: str,
     else:
         raise SimError(f"expected a number, a list (one per layer) or {{at: [...], value: [...]}}, got {spec!r}",
                        source=source, field=where)
-    if np.any(out < lo) or np.any(out > hi):
-        raise SimError(f"values must lie in [{lo:g}, {hi:g}]", source=source, field=where)
+    if not np.all(np.isfinite(out)) or np.any(out < lo) or np.any(out > hi):  # NaN fails no comparison
+        raise SimError(f"values must be finite and lie in [{lo:g}, {hi:g}]", source=source, field=where)
     return out
 
 
@@ -242,6 +242,9 @@ class SynthParams:
                            source=self.source, field=where)
         if np.any(pop < 0):
             raise SimError("expert shares must be >= 0", source=self.source, field=where)
+        if np.any(pop.sum(axis=1) <= 0):
+            raise SimError("expert shares must not all be 0 (in every layer some expert is routed to)",
+                           source=self.source, field=where)
         pop = pop / pop.sum(axis=1, keepdims=True)
         if np.any(pop * k > 1 + 1e-9):
             raise SimError(f"with top_k={k} no expert can take more than 1/{k} of the selections",

@@ -163,7 +163,7 @@ class TraceSynthesizer:
     def __init__(self, params: SynthParams | str | Path, dims: SynthDims | Any, seed: int = 0, *,
                  predictions: bool | None = None):
         params, dims = resolve_params(params), SynthDims.coerce(dims)
-        seed = check_int(seed, "seed", 0, None)
+        seed = check_int(seed, "seed")
         predictions = check_optional_bool(predictions, "predictions")
         self.params, self.dims, self.seed = params, dims, seed
         pred_spec = params.predictor(dims)

@@ -171,7 +171,7 @@ def test_plan_rejects_an_unreachable_speed(tmp_path, capsys):
 @pytest.mark.parametrize(("options", "expected"), [
     (["--memory-budget", "lots"], "error: --memory-budget: cannot parse 'lots'"),
     (["--memory-budget", "302MB", "--preset", "no-such-preset"], "error: --preset: no synthetic-trace preset"),
-    (["--memory-budget", "302MB", "--seed", "-1"], "error: --seed: must be an integer >= 0, got -1"),
+    (["--memory-budget", "302MB", "--seed", "-1"], "error: --seed: must be an integer in [0, 2**63 - 1], got -1"),
 ])
 def test_plan_bad_input_names_the_flag_before_searching(tmp_path, capsys, monkeypatch, options, expected):
     """Checked as `sim run` checks them, before any candidate is simulated."""

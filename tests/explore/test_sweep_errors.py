@@ -30,7 +30,7 @@ def _files(folder) -> list[str]:
     ({"base": base(decode_tokens=-8)}, "base.decode_tokens", "must be an integer >= 1, got -8"),
     ({"base": base(), "grid": {"memory_budget": ["302MB", "abc"]}}, "grid.memory_budget", "cannot parse 'abc'"),
     ({"base": base(), "grid": {"strategy": ["powerinfer2", "bogus"]}}, "grid.strategy", "unknown strategy 'bogus'"),
-    ({"base": base(memory_budget="302MB"), "seeds": [0, -1]}, "seeds", "must be an integer >= 0, got -1"),
+    ({"base": base(memory_budget="302MB"), "seeds": [0, -1]}, "seeds", "must be an integer in [0, 2**63 - 1], got -1"),
     ({"base": base(), "grid": {"device.storage.rand_read.0.gbps": [1.0, -2.0]}},
      "grid.device.storage.rand_read.0.gbps", "must be >= 1e-06"),
     ({"base": base(), "grid": {"device.storage.rand_read.*.gbps:scale": [1, -1]}},

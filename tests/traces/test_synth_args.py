@@ -151,3 +151,17 @@ def test_junk_is_a_trace_or_a_sim_error(n_tokens, seed, chunk, prompt, pred):
         return
     trace.meta.check()
     assert sum(c.n_tokens for c in trace.chunks()) == trace.meta.n_tokens
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"density": {"value": NAN}}, "density"),
+    ({"persistence": {"value": NAN}}, "persistence"),
+    ({"propensity": {"dist": "logitnormal", "sigma": NAN}}, "propensity"),
+    ({"predictor": {"recall": NAN, "precision": 0.6}}, "recall"),
+    ({"routing": {"popularity": [0, 0, 0, 0], "persistence": 0.2}}, "routing.popularity"),
+])
+def test_a_nan_or_an_all_zero_parameter_is_refused_not_generated(change, field):
+    """A scalar NaN fails no range comparison: it once generated a trace (persistence 1, a
+    value the bounds forbid) or crashed sizing the output; all-zero expert shares divided by 0."""
+    with pytest.raises(SimError, match=field):
+        TraceSynthesizer(params_from_mapping({**RAW, **change}), DIMS, 0).next_chunk(2)

@@ -50,7 +50,7 @@ class LlamaCppKnobs(Knobs):
         None, description="compute threads, one CPU cluster name each (default: as the dense strategy)")
     io_cores: list[str] | None = Field(
         None, description="threads that fault, one cluster name each (default: the compute threads)")
-    readahead_bytes: int = Field(LINUX_READAHEAD_BYTES, ge=4096,
+    readahead_bytes: int = Field(LINUX_READAHEAD_BYTES, ge=4096, le=2**30,
                                  description="bytes a page fault reads (Linux/Android read_ahead_kb = 128)")
     policy: str = Field("lru", description="the page cache's policy (Linux approximates LRU with its "
                                            "active/inactive lists)")

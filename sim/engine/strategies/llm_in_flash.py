@@ -76,8 +76,9 @@ class LlmInFlashKnobs(Knobs):
         None, description="reader threads, one cluster name each (default: 32 threads [FLASH §4])")
     hybrid: bool = Field(True, description="non-FFN weights stay in DRAM ([FLASH Table 2]); false: naive loading")
     predictor: bool = Field(True, description="the low-rank predictor selects the neurons to load ([FLASH §3.1])")
-    window_k: int = Field(5, ge=0, description="sliding window of the last k tokens' neurons ([FLASH §4.1]: 5 "
-                                               "for OPT-6.7B); 0: no window")
+    window_k: int = Field(5, ge=0, le=2**16,
+                          description="sliding window of the last k tokens' neurons ([FLASH §4.1]: 5 for OPT-6.7B); "
+                                      "0: no window")
     bundling: bool = Field(True, description="a neuron's up column and down row are stored and read together "
                                              "([FLASH §3.2])")
     # inferred from [FLASH §3.3]: the matrix is kept compact so the layer is one dense product
@@ -85,7 +86,7 @@ class LlmInFlashKnobs(Knobs):
         "window", description="multiply every row the layer's matrix holds (the compact window) or only this "
                               "token's predicted rows")
     # None: assumed, [FLASH] runs on PyTorch, whose copy kernels use the intra-op thread pool
-    memcpy_threads: int | None = Field(None, ge=1, description="threads copying rows into the preallocated "
+    memcpy_threads: int | None = Field(None, ge=1, le=1024, description="threads copying rows into the preallocated "
                                                                "matrix (default: every compute thread)")
     dense_read_block_bytes: int | None = Field(
         None, ge=4096, description="request size of whole-layer reads (default: the largest block the profile "

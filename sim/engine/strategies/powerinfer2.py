@@ -44,7 +44,7 @@ class PowerInfer2Knobs(Knobs):
         None, description="compute threads, one CPU cluster name each (default: every core but the slowest "
                           "cluster's and the I/O core)")
     io_cores: list[str] | None = Field(None, description="I/O threads, one cluster name each ([PI2 §5]: one)")
-    cluster_neurons: int = Field(512, ge=1, description="neurons per CPU cluster ([PI2 §4.2]: 512 x 4096)")
+    cluster_neurons: int = Field(512, ge=1, le=2**20, description="neurons per CPU cluster ([PI2 §4.2]: 512 x 4096)")
     npu_activation_share: float = Field(
         0.5, ge=0, le=1, description="share of each expert's offline activations its hottest neurons cover, run "
                                      "densely on the accelerator ([PI2 §4.2]: half at batch 1)")
@@ -59,7 +59,7 @@ class PowerInfer2Knobs(Knobs):
                                                    "prefill_unit names a unit")
     prefill_unit: Unit | None = Field(None, description="where prefill computes (default: the NPU when "
                                                         "prefill_on_npu and the phone has one, else the CPU)")
-    prefill_block_bytes: int = Field(512 * 1024, ge=4096,
+    prefill_block_bytes: int = Field(512 * 1024, ge=4096, le=2**30,
                                      description="request size of the prefill's sequential prefetch reads")
 
     @field_validator("hot_unit", mode="before")
