@@ -35,12 +35,18 @@ def parse_bytes(text: str | int | float, *, source: str | None = None, field: st
         if not match:
             raise SimError(f"cannot parse {text!r}: expected {ALLOWED}", source=source, field=field)
         value, unit = float(match.group(1)), match.group(2).lower()
+        given = match.group(2)
+        if len(given) == 2 and given[0].isupper() and given[1] == "b":  # Gb, Mb: the usual spelling of bits
+            raise SimError(f"{given!r} in {text!r} reads as {given[0]}bit; sizes are in bytes: write "
+                           f"{given[0]}B", source=source, field=field)
     if unit not in _UNITS:
         raise SimError(f"unknown unit {match.group(2)!r} in {text!r}: expected {ALLOWED}", source=source,
                        field=field)
     result = value * _UNITS[unit]
-    if not result >= 0.5 or result != result or result == float("inf"):  # rounds to at least 1 byte
+    if not result >= 1 or result == float("inf"):  # NaN fails the comparison too
         raise SimError(f"must be at least 1 byte, got {text!r}", source=source, field=field)
+    if _UNITS[unit] == 1 and not value.is_integer():  # 1.5 bytes: a typo, not a size to round
+        raise SimError(f"must be a whole number of bytes, got {text!r}", source=source, field=field)
     return int(round(result))
 
 

@@ -126,6 +126,8 @@ BAD = {
     "unknown device": {"--device": "no-such-phone"},
     "unparsable budget": {"--memory-budget": "lots", "--offload": None},
     "budget below resident": {"--memory-budget": "1KB", "--offload": None},
+    "budget in bits": {"--memory-budget": "12Gb", "--offload": None},
+    "fraction of a byte": {"--memory-budget": "1.5", "--offload": None},
     "unknown strategy": {"--strategy": "warp-drive"},
     "unknown knob": {"--set": "no_such_knob=1"},
     "knob out of range": {"--set": "cluster_neurons=-3"},
@@ -153,6 +155,8 @@ BAD = {
 # (the option the message must name, text it must contain) per case, where it is specific
 NAMED = {
     "unknown knob": ("--set no_such_knob", "unknown knob 'no_such_knob' of the powerinfer2 strategy; its knobs: "),
+    "budget in bits": ("--memory-budget", "'Gb' in '12Gb' reads as Gbit; sizes are in bytes: write GB"),
+    "fraction of a byte": ("--memory-budget", "must be a whole number of bytes, got '1.5'"),
     "unknown profile field": ("--set device.storage.nope", "no field 'nope' at storage"),
     "profile field out of range": ("--set device.cpu.clusters.big.cores", ">= 1"),
     "profile field of the wrong type": ("--set model.n_layers", "integer"),
