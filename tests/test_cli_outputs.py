@@ -253,6 +253,9 @@ def test_a_renamed_model_keeps_its_own_activations(capsys):
     assert renamed["model"] == "my-mixtral" and renamed["config"]["preset"] == "turbosparse-mixtral-47b"
     assert renamed["decode_tokens_per_s"] == base["decode_tokens_per_s"]
     assert renamed["config"]["base_profiles"] == {"device": "oneplus-12", "model": "turbosparse-mixtral-47b"}
+    # a bundled profile's name would print that phone over the OnePlus 12's figures
+    assert main(["run", "--decode-tokens", "4", "--set", "device.name=pixel-8-pro"]) == 2
+    assert "'pixel-8-pro' is another bundled device" in _one_line_error(capsys)
 
 
 # 7. not-modelled rows are not "failed"

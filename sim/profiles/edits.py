@@ -169,7 +169,9 @@ def edited_profile(kind: str, data: dict[str, Any], overrides: list[tuple[str, A
             if label is not None:
                 raise SimError(f"{kind}.{label[0]} is not read by the simulation, so editing it would change no "
                                f"result: it is {label[1]}", field=key)
+            original_name = data.get("name")
             changed = apply_path(data, path, value, scale=scale, where=key)
+            _refuse_borrowed_name(kind, original_name, data.get("name"))
             _refuse_overlap(key, changed, touched)
             touched.append((key, changed))
     name = data.get("name", kind)
@@ -180,6 +182,16 @@ def edited_profile(kind: str, data: dict[str, Any], overrides: list[tuple[str, A
         if inner:  # the edit set a whole section: say which field in it is wrong
             exc = SimError(f"{inner}: {exc.detail}", source=exc.source, field=exc.field)
         raise SettingError(exc, key) from None
+
+
+def _refuse_borrowed_name(kind: str, before: Any, after: Any) -> None:
+    """A renamed profile labels a variant (``my-phone``); taking another bundled profile's
+    name would print that phone (or model) over figures of this one."""
+    from sim.profiles.registry import bundled_names
+
+    if after != before and isinstance(after, str) and after in bundled_names(kind):
+        raise SimError(f"{after!r} is another bundled {kind}: the results would carry its name but be "
+                       f"{before}'s; use --{kind} {after} to simulate it, or a name of your own for the variant")
 
 
 def edit_device(device: Any, edits: Mapping[str, Any]) -> DeviceProfile:

@@ -255,9 +255,12 @@ def test_a_signal_that_lands_in_a_compiled_kernel_stops_the_sweep_not_the_point(
 def test_a_renamed_model_keeps_its_own_preset_in_a_sweep_too():
     from sim.explore.resolve import resolve_settings
 
-    task = resolve_settings({"model": "turbosparse-mixtral-47b", "model.name": "turbosparse-mistral-7b"})
-    assert task["model"]["name"] == "turbosparse-mistral-7b"
-    assert task["trace"]["preset"] == "turbosparse-mixtral-47b"  # not the other model's activations
+    task = resolve_settings({"model": "turbosparse-mixtral-47b", "model.name": "my-mixtral"})
+    assert task["model"]["name"] == "my-mixtral"
+    assert task["trace"]["preset"] == "turbosparse-mixtral-47b"  # the base model's activations
+    # another bundled model's name would label Mixtral's figures as that model's
+    with pytest.raises(SimError, match="'turbosparse-mistral-7b' is another bundled model"):
+        resolve_settings({"model": "turbosparse-mixtral-47b", "model.name": "turbosparse-mistral-7b"})
 
 
 def test_a_point_id_covers_the_simulator_code(monkeypatch):
