@@ -53,7 +53,25 @@ def load_profile_file(kind: str, path: Path) -> BaseModel:
     """Load and validate one YAML profile of the given kind."""
     model_cls, _ = KINDS[kind]
     data = load_yaml_file(path)
-    return validate(model_cls, data, str(path))
+    try:
+        return validate(model_cls, data, str(path))
+    except SimError:
+        other = _looks_like(data)
+        if other is not None and other != kind:  # a whole file of "unknown field" errors says less
+            raise SimError(f"is a {other} profile, not a {kind} profile; pass it as --{other}", source=str(path),
+                           field=f"--{kind}") from None
+        raise
+
+
+def _looks_like(data: object) -> str | None:
+    """The kind a profile's top-level keys show, if they show one (see :func:`detect_kind`)."""
+    if not isinstance(data, dict):
+        return None
+    if "cpu" in data or "storage" in data or "dram" in data:
+        return "device"
+    if "n_layers" in data or "ffn_dim" in data or "hidden" in data:
+        return "model"
+    return None
 
 
 @functools.lru_cache(maxsize=64)
@@ -107,10 +125,8 @@ def _load(path: Path, kind: str) -> BaseModel:
 
 def detect_kind(path: Path) -> str:
     """Guess a file's kind from its top-level keys (for `sim profiles validate`)."""
-    data = load_yaml_file(path)
-    if "cpu" in data or "storage" in data or "dram" in data:
-        return "device"
-    if "n_layers" in data or "ffn_dim" in data or "hidden" in data:
-        return "model"
+    kind = _looks_like(load_yaml_file(path))
+    if kind is not None:
+        return kind
     raise SimError("cannot tell whether this is a device or a model profile (a device has "
                    "cpu/dram/storage sections, a model has n_layers/hidden/ffn_dim)", source=str(path))

@@ -205,3 +205,14 @@ def test_alias_bomb_under_the_limit_stays_a_dag(tmp_path, where):
     err = _load_error(tmp_path, text)
     assert err.field == field
     assert len(str(err)) < 400  # the bomb's contents are never printed
+
+
+def test_a_profile_of_the_other_kind_is_named_as_such():
+    """A device profile given as --model failed with a screen of 'unknown field' errors."""
+    from sim.profiles.registry import load_device, load_model, resolve_path
+
+    device_file, model_file = resolve_path("device", "oneplus-12"), resolve_path("model", "turbosparse-mistral-7b")
+    with pytest.raises(SimError, match=r"--model: is a device profile, not a model profile; pass it as --device$"):
+        load_model(device_file)
+    with pytest.raises(SimError, match=r"--device: is a model profile, not a device profile; pass it as --model$"):
+        load_device(model_file)
