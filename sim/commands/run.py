@@ -17,6 +17,11 @@ def register(app: typer.Typer) -> None:
     app.command("run")(run)
 
 
+# What `sim plan` writes (sim.explore.planner.PlanResult.plan_mapping): a plan file holds nothing else.
+PLAN_KEYS = {"strategy", "device", "model", "memory_budget", "overrides", "profile_hashes", "objective", "knobs",
+             "predicted", "default_configuration", "runners_up"}
+
+
 def _plan_knobs(path: Path, strategy: str, run: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The knobs of a ``sim plan`` file (or a bare knob mapping), checked against this run.
 
@@ -29,6 +34,15 @@ def _plan_knobs(path: Path, strategy: str, run: dict[str, Any]) -> tuple[dict[st
     from sim.profiles.yamlio import load_yaml_file
 
     loaded = load_yaml_file(path)
+    plan_keys = set(loaded) & PLAN_KEYS - {"knobs"}
+    if "knobs" not in loaded and plan_keys:  # a plan whose knobs section is missing or misspelt
+        raise SimError(f"has plan fields ({', '.join(sorted(plan_keys))}) but no knobs section; a plan file holds "
+                       "its knobs under knobs:, a bare knob file holds knobs only", source=str(path), field="knobs")
+    if "knobs" in loaded:
+        unknown = sorted(set(loaded) - PLAN_KEYS)
+        if unknown:
+            raise SimError(f"unknown field(s) {', '.join(map(repr, unknown))} in a plan; a plan has: "
+                           f"{', '.join(sorted(PLAN_KEYS))}", source=str(path), field=unknown[0])
     knobs = loaded.get("knobs", {}) if "knobs" in loaded else loaded
     if not isinstance(knobs, dict):
         raise SimError(f"must be a mapping of strategy knobs (key: value), got {type(knobs).__name__}",

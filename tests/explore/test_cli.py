@@ -109,6 +109,16 @@ def test_plan_writes_a_plan_that_sim_run_accepts_and_reproduces(tmp_path, capsys
     assert planned == pytest.approx(plan["predicted"]["decode_tokens_per_s"], rel=1e-5)
     assert default == pytest.approx(plan["default_configuration"]["decode_tokens_per_s"], rel=1e-5)
     assert planned >= default
+    # a plan holds what sim plan writes and nothing else; a typo is refused, not ignored
+    from sim.commands.run import PLAN_KEYS
+
+    assert set(plan) <= PLAN_KEYS
+    for edit, message in (({**plan, "foo": 1}, "foo: unknown field(s) 'foo' in a plan"),
+                          ({("knobz" if k == "knobs" else k): v for k, v in plan.items()}, "but no knobs section")):
+        bad = tmp_path / "bad-plan.yaml"
+        bad.write_text(yaml.safe_dump(edit))
+        assert main([*run, "--plan", str(bad)]) == 2
+        assert message in capsys.readouterr().err
 
 
 def test_plan_for_an_edited_phone_records_its_edits_and_sim_run_reproduces_it(tmp_path, capsys):
