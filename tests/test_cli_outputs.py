@@ -354,3 +354,19 @@ def test_integers_beyond_what_the_engine_holds_are_refused_in_one_line(tmp_path,
     text.write_text("hello")
     assert main([a.format(text=text, tmp=tmp_path) for a in argv]) == 2
     assert message in _one_line_error(capsys)
+
+
+def test_an_unknown_policy_is_offered_only_policies_a_run_can_take(capsys):
+    assert main(["run", "--policy", "nope"]) == 2
+    err = _one_line_error(capsys)
+    assert "unknown policy 'nope'; choose one of lru," in err and "belady" not in err  # belady needs the future
+
+
+def test_an_unknown_field_lists_the_fields_allowed_where_it_sits(tmp_path, capsys):
+    from sim.profiles.registry import resolve_path
+
+    typo = tmp_path / "phone.yaml"
+    typo.write_text(resolve_path("device", "oneplus-12").read_text().replace("  usable_bytes:", "  usable_byte:"))
+    assert main(["run", "--device", str(typo), "--decode-tokens", "2"]) == 2
+    assert "dram.usable_byte: unknown field (typo?); allowed here: type, total_bytes, usable_bytes, peak_gbps" \
+        in _one_line_error(capsys)

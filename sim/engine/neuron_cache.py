@@ -25,8 +25,10 @@ def check_timed_policy(policy: str, keeps_profile: bool, field: str = "--policy"
     """
     from sim.cache import POLICY_NAMES, policy_class
 
-    if not isinstance(policy, str) or policy not in POLICY_NAMES:
-        raise SimError(f"unknown policy {policy!r}; choose one of {', '.join(POLICY_NAMES)}", field=field)
+    if not isinstance(policy, str) or policy not in POLICY_NAMES:  # offer only what this run can take
+        usable = [n for n in POLICY_NAMES if not policy_class(n).needs_future
+                  and (keeps_profile or not policy_class(n).needs_profile)]
+        raise SimError(f"unknown policy {policy!r}; choose one of {', '.join(usable)}", field=field)
     cls = policy_class(policy)
     if cls.needs_future:
         raise SimError(f"{policy} needs the future of the trace (an offline bound); compare it with "

@@ -83,7 +83,37 @@ ByteSize = Annotated[int, BeforeValidator(_bytes)]
 """Bytes, written in YAML as ``24GB``, ``512KiB`` or a plain integer."""
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _fields_at(model: Any, loc: tuple) -> list[str] | None:
+    """The field names a (nested) pydantic model accepts at ``loc``, if they can be told."""
+    import typing
+
+    from pydantic import BaseModel
+
+    current: Any = model
+    for key in loc:
+        if isinstance(key, int):  # an entry of a list: the element type was unwrapped already
+            continue
+        if not (isinstance(current, type) and issubclass(current, BaseModel)) or key not in current.model_fields:
+            return None
+        annotation: Any = current.model_fields[key].annotation
+        for _ in range(4):  # Optional[...], list[...], Annotated[...]: the model inside, if one
+            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                break
+            inner = [a for a in typing.get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+            if inner:
+                annotation = inner[0]
+                break
+            args = [a for a in typing.get_args(annotation) if a is not type(None)]
+            if len(args) != 1:
+                return None
+            annotation = args[0]
+        current = annotation
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [name for name, f in current.model_fields.items() if not f.exclude]
+    return None
+
+
+def _describe(err: dict[str, Any], model: Any = None) -> str:
     kind = err.get("type", "")
     ctx = err.get("ctx") or {}
     got = err.get("input")
@@ -93,6 +123,9 @@ def _describe(err: dict[str, Any]) -> str:
     if kind == "missing":
         return "required field is missing"
     if kind == "extra_forbidden":
+        allowed = _fields_at(model, tuple(err.get("loc", ()))[:-1]) if model is not None else None
+        if allowed:
+            return f"unknown field (typo?); allowed here: {', '.join(allowed)}"
         return "unknown field (typo?); remove it or check the schema with `sim profiles schema`"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
@@ -123,4 +156,4 @@ def validate(model: type[M], data: Any, source: str) -> M:
         path = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "(top level)"
         more = len(exc.errors()) - 1
         suffix = f" (+{more} more problem{'s' if more > 1 else ''})" if more else ""
-        raise SimError(_describe(err) + suffix, source=source, field=path) from None
+        raise SimError(_describe(err, model) + suffix, source=source, field=path) from None
