@@ -71,11 +71,15 @@ def run(
     if not commit_every >= 0:
         raise SimError(f"must be >= 0 seconds, got {commit_every}", field="--commit-every")
     if not spec.is_file():
-        raise SimError("no such spec file", source=str(spec))
-    check_output(out, "--out", suffixes=RESULT_SUFFIXES)
-    if dry_run:
+        raise SimError("is a folder; give a spec file (.yaml)" if spec.is_dir() else "no such spec file",
+                       source=str(spec))
+    if dry_run:  # writes nothing: the output is only checked for its kind, no folder is made
+        if out.suffix.lower() not in RESULT_SUFFIXES:
+            raise SimError(f"unsupported extension {out.suffix or '(none)'!r}; allowed: {', '.join(RESULT_SUFFIXES)}",
+                           source=str(out), field="--out")
         _dry_run(spec, out)
         return
+    check_output(out, "--out", suffixes=RESULT_SUFFIXES)
     try:
         report = run_sweep(spec, out, workers=workers, scheduler=scheduler or dask, retry_failed=retry_failed,
                            prune=prune, progress=progress, commit_every_s=commit_every)

@@ -119,7 +119,8 @@ def _load(path: Path, kind: str) -> BaseModel:
     if path.is_dir():
         raise SimError("is a folder; expected a YAML file", source=str(path))
     if not path.is_file():
-        raise SimError("no such file", source=str(path))
+        raise SimError("is not a regular file; expected a YAML file" if path.exists() else "no such file",
+                       source=str(path))
     return _cached(kind, str(path.resolve()), path.stat().st_mtime)
 
 

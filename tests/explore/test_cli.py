@@ -194,3 +194,12 @@ def test_plan_bad_input_names_the_flag_before_searching(tmp_path, capsys, monkey
     assert main(["plan", "--model", str(write_model(tmp_path)), *options]) == 2
     err = capsys.readouterr().err
     assert err.startswith(expected) and err.count("\n") == 1, err
+
+
+def test_a_dry_run_writes_nothing_not_even_the_output_folder(spec, tmp_path, capsys):
+    out = tmp_path / "later" / "r.parquet"
+    assert main(["sweep", str(spec), "--out", str(out), "--dry-run"]) == 0
+    assert "12 points, 0 already in" in capsys.readouterr().out
+    assert not (tmp_path / "later").exists()
+    assert main(["sweep", str(tmp_path), "--out", str(out)]) == 2  # a folder given as the spec
+    assert "is a folder; give a spec file (.yaml)" in capsys.readouterr().err

@@ -216,3 +216,15 @@ def test_a_profile_of_the_other_kind_is_named_as_such():
         load_model(device_file)
     with pytest.raises(SimError, match=r"--device: is a model profile, not a device profile; pass it as --model$"):
         load_device(model_file)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs a FIFO")
+def test_a_path_that_is_not_a_regular_file_is_not_called_missing(tmp_path):
+    import os
+
+    from sim.profiles.registry import load_device
+
+    fifo = tmp_path / "phone.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(SimError, match="is not a regular file; expected a YAML file"):
+        load_device(fifo)
