@@ -53,8 +53,11 @@ class SimResult:
 
 
 def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset: str | None, n_tokens: int,
-                  seed: int) -> Trace:
-    """A trace file, an in-memory trace, or a synthetic one generated on the fly."""
+                  seed: int, counts_field: str = "--decode-tokens") -> Trace:
+    """A trace file, an in-memory trace, or a synthetic one generated on the fly.
+
+    ``counts_field`` names the option(s) that set ``n_tokens``, for the error when the
+    trace is shorter."""
     if trace is not None and preset is not None:
         raise SimError("give either --trace or --preset, not both", field="--trace")
     if isinstance(trace, Trace):
@@ -68,7 +71,7 @@ def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset:
     check_trace_matches(loaded.meta, model, label)
     if loaded.meta.n_tokens < n_tokens:
         raise SimError(f"trace has {loaded.meta.n_tokens} tokens; the run needs {n_tokens} "
-                       "(profile plus warm-up plus decode tokens)", source=label, field="--decode-tokens")
+                       "(profile plus warm-up plus decode tokens)", source=label, field=counts_field)
     return loaded
 
 
@@ -255,7 +258,9 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
                                 "knows the future, so the hot set is optimistic); --profile-tokens N profiles on "
                                 "the trace's first N tokens instead")
     first = profile_tokens + warmup_tokens
-    tr = replayable(resolve_trace(mod, trace, preset, first + decode_tokens, seed), read_ahead=TRACE_READ_AHEAD)
+    counts = [flag for flag, n in (("--profile-tokens", profile_tokens), ("--warmup-tokens", warmup_tokens)) if n]
+    tr = replayable(resolve_trace(mod, trace, preset, first + decode_tokens, seed,
+                                  counts_field="/".join([*counts, "--decode-tokens"])), read_ahead=TRACE_READ_AHEAD)
     if tr.meta.model and tr.meta.model != mod.name:
         run_warnings.append(f"the trace is of {tr.meta.model}, the run simulates {mod.name}: same FFN shape, "
                             f"but the activations (sparsity, locality) are {tr.meta.model}'s")
