@@ -15,8 +15,12 @@ as failed instead of being retried forever.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import multiprocessing as mp
 import os
+import signal
+import threading
 from collections.abc import Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -175,7 +179,11 @@ class DaskExecutor(Executor):
         self._cluster = None
         if scheduler == "local":
             n = workers or os.cpu_count() or 1
-            self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None)
+            with _children_ignore_sigint():
+                # Warnings of cancelled tasks when a stopped sweep closes the cluster are noise; a
+                # point's own failure is reported in its row.
+                self._cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True,
+                                             dashboard_address=None, silence_logs=logging.ERROR)
             self.client = Client(self._cluster)
         else:
             try:
@@ -211,6 +219,24 @@ class DaskExecutor(Executor):
         finally:
             for fut in futures:
                 fut.cancel()
+
+
+@contextlib.contextmanager
+def _children_ignore_sigint() -> Iterator[None]:
+    """Processes started inside inherit an ignored SIGINT (an ignored signal survives exec).
+
+    Ctrl-C reaches every process of the terminal's group: the local Dask workers each
+    printed a KeyboardInterrupt traceback while this process was already saving the
+    finished rows and closing the cluster, which is how they end.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def check_executor_args(workers: int, scheduler: str | None) -> int:
