@@ -370,3 +370,13 @@ def test_an_unknown_field_lists_the_fields_allowed_where_it_sits(tmp_path, capsy
     assert main(["run", "--device", str(typo), "--decode-tokens", "2"]) == 2
     assert "dram.usable_byte: unknown field (typo?); allowed here: type, total_bytes, usable_bytes, peak_gbps" \
         in _one_line_error(capsys)
+
+
+def test_a_bad_value_in_a_union_field_is_named_by_the_field_not_the_union_member(tmp_path, capsys):
+    """pydantic adds the union member it tried (``.float``) to the location: no field of the spec."""
+    spec = tmp_path / "s.yaml"
+    spec.write_text("base: {model: turbosparse-mistral-7b, decode_tokens: 4, memory_budget: 3GB}\n"
+                    "sample: {n: 2, ranges: {knobs.hot_share: {low: 0, high: .inf}}}\n")
+    assert main(["sweep", str(spec), "--out", str(tmp_path / "r.parquet"), "--dry-run"]) == 2
+    err = _one_line_error(capsys)
+    assert ": sample.ranges.knobs.hot_share.high: " in err and ".float" not in err

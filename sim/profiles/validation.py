@@ -83,6 +83,16 @@ ByteSize = Annotated[int, BeforeValidator(_bytes)]
 """Bytes, written in YAML as ``24GB``, ``512KiB`` or a plain integer."""
 
 
+_TYPE_TAGS = {"int", "float", "str", "bool", "list", "dict", "tuple", "none"}
+
+
+def _union_branch(part: Any) -> bool:
+    """A location part pydantic adds for the member of a union it tried (``float``,
+    ``list[float]``, ``function-after[...]``): no field the user wrote."""
+    text = str(part)
+    return text in _TYPE_TAGS or ("[" in text and text.endswith("]"))
+
+
 def _fields_at(model: Any, loc: tuple) -> list[str] | None:
     """The field names a (nested) pydantic model accepts at ``loc``, if they can be told."""
     import typing
@@ -91,7 +101,7 @@ def _fields_at(model: Any, loc: tuple) -> list[str] | None:
 
     current: Any = model
     for key in loc:
-        if isinstance(key, int):  # an entry of a list: the element type was unwrapped already
+        if isinstance(key, int) or _union_branch(key):  # a list entry or a union member: unwrapped already
             continue
         if not (isinstance(current, type) and issubclass(current, BaseModel)) or key not in current.model_fields:
             return None
@@ -153,7 +163,8 @@ def validate(model: type[M], data: Any, source: str) -> M:
         errors = exc.errors()
         # A misspelt key shows up as "unknown" plus "missing"; the unknown one names the typo.
         err = next((e for e in errors if e.get("type") == "extra_forbidden"), errors[0])
-        path = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__") or "(top level)"
+        path = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__" and not _union_branch(p)) \
+            or "(top level)"
         more = len(exc.errors()) - 1
         suffix = f" (+{more} more problem{'s' if more > 1 else ''})" if more else ""
         raise SimError(_describe(err, model) + suffix, source=source, field=path) from None
