@@ -344,6 +344,8 @@ def test_cache_compare_names_its_own_flag_for_a_bad_choice(no_runs, tmp_path, ca
     (["run", "--set", "cluster_neurons=99999999999999999999"], "--set cluster_neurons: must be <= 1048576"),
     (["run", "--strategy", "llm-in-flash", "--set", "window_k=99999999999999999999"], "--set window_k: must be <="),
     (["run", "--seed", "99999999999999999999999999"], "--seed: must be an integer in [0, 2**63 - 1]"),
+    (["run", "--warmup-tokens", "99999999999"], "--warmup-tokens: must be an integer in [0, 1000000]"),
+    (["run", "--profile-tokens", "99999999999"], "--profile-tokens: must be an integer in [0, 1000000]"),
     (["trace", "record", "--model", "tiny", "--text", "{text}", "--tokens", "2", "--out", "{tmp}/r.npz",
       "--seed", "-1"], "--seed: must be an integer in [0, 2**63 - 1]"),
 ])

@@ -39,6 +39,10 @@ from sim.traces.format import Trace
 
 MODES = ("des", "analytic")
 DEFAULT_PROFILE_TOKENS = 64
+# Warm-up and profile tokens are trace tokens replayed before the timed ones (decode tokens
+# are bounded by the model's context). A million is far past any useful warm-up and still
+# under an hour of generation; a typo beyond it would otherwise run for days.
+MAX_TRACE_TOKENS = 1_000_000
 
 
 @dataclass
@@ -147,8 +151,9 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
         raise SimError(f"must be one of {', '.join(MODES)}; got {mode!r}", field="--mode")
     prompt_tokens = check_int(prompt_tokens, "--prompt-tokens", 1, None)
     decode_tokens = check_int(decode_tokens, "--decode-tokens", 1, None)
-    warmup_tokens = check_int(warmup_tokens, "--warmup-tokens", 0, None)
-    profile_tokens = None if profile_tokens is None else check_int(profile_tokens, "--profile-tokens", 0, None)
+    warmup_tokens = check_int(warmup_tokens, "--warmup-tokens", 0, MAX_TRACE_TOKENS)
+    profile_tokens = None if profile_tokens is None else check_int(profile_tokens, "--profile-tokens", 0,
+                                                                   MAX_TRACE_TOKENS)
     seed = check_int(seed, "--seed")  # [0, 2**63 - 1]: stored as int64 (sweep rows, trace metadata)
     check_dtype(weights_dtype)
     if offload is not None and (isinstance(offload, bool) or not isinstance(offload, numbers.Real)):
