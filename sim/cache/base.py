@@ -217,27 +217,39 @@ class CachePolicy(ABC):
             record_evictions: bool = False) -> RunResult:
         """Serve a block of steps given as CSR (``items[offsets[s]:offsets[s+1]]`` is step s).
 
-        Keys must already be valid (in range, unique within each step): this is the
-        replay fast path. ``tokens`` gives each step's token index (default: one token
-        per step); ``next_use`` gives, per request, the index of the next step that
-        requests the same key (only Belady reads it).
+        Keys must be unique within each step (not checked: this is the replay fast path);
+        keys out of range and malformed step bounds are refused. ``tokens`` gives each
+        step's token index (default: one token per step); ``next_use`` gives, per request,
+        the index of the next step that requests the same key (only Belady reads it).
         """
-        items = np.ascontiguousarray(items, dtype=np.int64)
-        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        items = np.ascontiguousarray(items, dtype=np.int64).reshape(-1)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64).reshape(-1)
         n_steps = offsets.shape[0] - 1
+        # What the compiled kernels index by: out of range, they would read or write memory
+        # that is not theirs (a crash of the interpreter, or a silently corrupt cache).
+        if n_steps < 0 or offsets[0] != 0 or offsets[-1] != items.shape[0] or np.any(np.diff(offsets) < 0):
+            raise SimError(f"must rise from 0 to len(items)={items.shape[0]} (CSR step bounds)", field="offsets")
+        if items.size and (items.min() < 0 or items.max() >= self.n_items):
+            raise SimError(f"keys must be in [0, n_items={self.n_items})", field="items")
         sizes = self._sizes_of(items) if sizes is None else np.ascontiguousarray(sizes, dtype=np.int64)
+        if sizes.shape != items.shape:
+            raise SimError(f"must give one size per key ({items.shape[0]})", field="sizes")
         if tokens is None:
             tokens = np.arange(self._auto_token, self._auto_token + n_steps, dtype=np.int64)
             self._auto_token += n_steps
         else:
-            tokens = np.ascontiguousarray(tokens, dtype=np.int64)
+            tokens = np.ascontiguousarray(tokens, dtype=np.int64).reshape(-1)
+            if tokens.shape[0] != n_steps:
+                raise SimError(f"must give one token index per step ({n_steps})", field="tokens")
         if next_use is None:
             if self.needs_future:
                 raise SimError(f"{self.name} is offline: it needs next-use times for every request",
                                field="next_use")
             next_use = _EMPTY
         else:
-            next_use = np.ascontiguousarray(next_use, dtype=np.int64)
+            next_use = np.ascontiguousarray(next_use, dtype=np.int64).reshape(-1)
+            if next_use.shape != items.shape:
+                raise SimError(f"must give one next-use step per key ({items.shape[0]})", field="next_use")
         # Every eviction undoes an insertion made before the block (at most n_items are
         # resident) or within it (at most one per request), so this bound cannot overflow.
         need = self.n_items + items.shape[0] + 1

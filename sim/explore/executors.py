@@ -31,6 +31,7 @@ from sim.errors import SimError
 from sim.explore.worker import exit_with_parent, run_point
 
 MAX_STRIKES = 2
+MAX_WORKERS = 256  # local processes or Dask workers a sweep starts; more is a typo, not a machine
 SCHEMES = ("tcp://", "tls://", "ws://", "wss://", "inproc://", "ucx://")
 
 
@@ -242,7 +243,10 @@ def _children_ignore_sigint() -> Iterator[None]:
 def check_executor_args(workers: int, scheduler: str | None) -> int:
     """Reject bad options before anything starts (no half-drawn progress bar, no store);
     returns ``workers`` as a Python int."""
-    workers = check_int(workers, "--workers", 1, None)
+    workers = check_int(workers, "--workers", 1, MAX_WORKERS)
+    if scheduler is not None and not isinstance(scheduler, str):
+        raise SimError(f"expected a scheduler address such as tcp://host:8786 or 'local', got "
+                       f"{type(scheduler).__name__}", field="--scheduler")
     if scheduler is not None and scheduler != "local" and not scheduler.startswith(SCHEMES):
         raise SimError(f"expected a scheduler address such as tcp://host:8786, got {scheduler!r}",
                        field="--scheduler")

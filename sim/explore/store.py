@@ -55,7 +55,7 @@ class ResultStore:
         self.parts_dir = self.out.with_name(self.out.name + ".parts")
         self.lock_path = self.out.with_name(self.out.name + ".lock")
         self.flush_rows = flush_rows
-        self.flush_interval_s = flush_interval_s
+        self.flush_interval_s = float(flush_interval_s)  # a numpy scalar would stop the flusher's waits
         self._buffer: list[dict[str, Any]] = []
         self._buffered_at = 0.0  # when the oldest buffered row arrived
         self._lock_fd: int | None = None
@@ -139,21 +139,24 @@ class ResultStore:
         self._flusher = None
 
     def _flush_when_due(self) -> None:
-        """Commit buffered rows once the oldest has waited ``flush_interval_s`` (flusher thread)."""
-        with self._cond:
-            while not self._stopping:
-                if not self._buffer:
-                    self._cond.wait()
-                    continue
-                wait = self._buffered_at + self.flush_interval_s - time.monotonic()
-                if wait > 0:
-                    self._cond.wait(min(wait, threading.TIMEOUT_MAX))
-                    continue
-                try:
-                    self._write_buffer()
-                except Exception as exc:  # e.g. a full disk: the rows stay buffered; the sweep hears of it
-                    self._flush_error = exc
-                    return
+        """Commit buffered rows once the oldest has waited ``flush_interval_s`` (flusher thread).
+
+        Whatever stops it (a full disk, say) is kept for the sweep's next append or close to
+        raise: a flusher that died quietly would void the promise of durable rows.
+        """
+        try:
+            with self._cond:
+                while not self._stopping:
+                    if not self._buffer:
+                        self._cond.wait()
+                        continue
+                    wait = self._buffered_at + self.flush_interval_s - time.monotonic()
+                    if wait > 0:
+                        self._cond.wait(min(wait, threading.TIMEOUT_MAX))
+                        continue
+                    self._write_buffer()  # on failure the rows stay buffered
+        except Exception as exc:
+            self._flush_error = exc
 
     # -- writing --------------------------------------------------------------------------------
     def append(self, row: dict[str, Any]) -> None:

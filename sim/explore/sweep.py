@@ -32,6 +32,7 @@ from typing import Any
 
 import pandas as pd
 
+from sim.checks import check_bool
 from sim.errors import SimError
 from sim.explore.checks import check_points
 from sim.explore.executors import Executor, check_executor_args, make_executor
@@ -127,6 +128,10 @@ def run_sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1
     """
     t0 = time.perf_counter()
     workers = check_executor_args(workers, scheduler)
+    for name, flag in (("retry_failed", retry_failed), ("prune", prune), ("progress", progress)):
+        check_bool(flag, name)
+    if on_row is not None and not callable(on_row):
+        raise SimError(f"must be a function of one row, or None; got {type(on_row).__name__}", field="on_row")
     if not isinstance(out, str | Path):
         raise SimError(f"expected a results path (.parquet), got {type(out).__name__}", field="out")
     check_output(Path(out), "--out", suffixes=(".parquet",))

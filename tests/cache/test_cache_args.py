@@ -235,3 +235,19 @@ def test_neuron_cache_arguments():
     raises_on("neurons", cache.step, 0, 0, [8])
     first = cache.step(np.int64(1), np.int32(1), np.array([1, 2]))
     assert first.misses == 2 and cache.step(1, 1, [1, 2]).hits == 2
+
+
+@pytest.mark.parametrize("name", ["lru", "fifo", "lfu", "clock", "s3fifo", "sieve", "arc", "window"])
+@pytest.mark.parametrize(("items", "offsets", "field"), [
+    ([10**7], [0, 1], "items"), ([-3], [0, 1], "items"), ([1, 2], [0, 50], "offsets"), ([1, 2], [1, 2], "offsets"),
+    ([1, 2], [0, 2, 1], "offsets"),
+])
+def test_run_refuses_what_the_kernels_would_index_out_of_bounds(name, items, offsets, field):
+    """run() is the replay fast path, but a key or step bound out of range crashed the
+    interpreter (segfault) or corrupted the cache silently (a negative key)."""
+    from sim.cache import make_policy
+
+    pol = make_policy(name, 100, 10)
+    with pytest.raises(SimError, match=f"^{field}: "):
+        pol.run(np.array(items), np.array(offsets))
+    assert pol.run(np.array([1, 2]), np.array([0, 2])).hit.tolist() == [False, False]  # still usable

@@ -69,7 +69,7 @@ def test_a_file_holding_two_sweeps_says_so_when_run_and_when_plotted(spec, tmp_p
 @pytest.mark.parametrize("args, message", [
     (["sweep", "nope.yaml", "--out", "r.parquet"], "no such spec file"),
     (["sweep", "{spec}", "--out", "r.parquet", "--dask", "remote"], "--dask: only 'local'"),
-    (["sweep", "{spec}", "--out", "r.parquet", "--workers", "0"], "--workers: must be an integer >= 1"),
+    (["sweep", "{spec}", "--out", "r.parquet", "--workers", "0"], "--workers: must be an integer in [1, 256]"),
     (["sweep", "{spec}", "--out", "r.parquet", "--scheduler", "host:1"], "expected a scheduler address"),
     (["sweep", "{bad}", "--out", "r.parquet"], "unknown setting 'budget'"),
     (["sweep", "plot", "{results}", "--x", "budget"], "--x: no column 'budget'"),

@@ -182,3 +182,18 @@ def test_an_integer_beyond_64_bits_is_stored_as_text_not_lost(tmp_path):
     with ResultStore(out, flush_rows=1) as store:
         store.append(row(1, seed=2**70))
     assert ResultStore(out).load()["seed"].tolist() == [str(2**70)]
+
+
+def test_a_numpy_commit_interval_keeps_the_flusher_working(tmp_path):
+    """commit_every_s=np.float32(...) stopped the flusher's waits, so rows were committed no more."""
+    import time
+
+    import numpy as np
+
+    out = tmp_path / "r.parquet"
+    with ResultStore(out, flush_interval_s=np.float32(0.05)) as store:
+        store.append(row(1))
+        deadline = time.monotonic() + 10.0
+        while not store.part_files() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert store.part_files()

@@ -274,3 +274,16 @@ def test_a_point_id_covers_the_simulator_code(monkeypatch):
     monkeypatch.setattr(resolve, "code_digest", lambda: "0123456789ab")
     after = resolve.resolve_settings(settings)
     assert after["id"] != before["id"] and after["version"].endswith("+0123456789ab")
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"scheduler": 5}, "--scheduler"), ({"workers": 2**40}, "--workers"), ({"on_row": "x"}, "on_row"),
+    ({"prune": "yes"}, "prune"), ({"progress": None}, "progress"),
+])
+def test_run_sweep_refuses_bad_arguments_before_writing_anything(tmp_path, kwargs, field):
+    from sim.explore.sweep import run_sweep
+
+    spec = {"base": {"model": "turbosparse-mistral-7b", "decode_tokens": 2, "memory_budget": "3GB"}}
+    with pytest.raises(SimError, match=f"^{field}: "):
+        run_sweep(spec, tmp_path / "r.parquet", **kwargs)
+    assert not list(tmp_path.iterdir())
