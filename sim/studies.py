@@ -84,6 +84,9 @@ def budget_sweep(budgets: Iterable[str | int], strategies: Iterable[str] = ("pow
     Returns :func:`run_configs`'s ``(runs, tokens)``; runs that cannot fit a budget carry
     the reason in ``error`` and NaN figures, so a plot simply leaves them out.
     """
+    for name, values in (("budgets", budgets), ("strategies", strategies)):
+        if isinstance(values, str | bytes):  # "7GB" would run the points "7", "G" and "B"
+            raise SimError(f"expected a list of {name}, got the string {values!r}; wrap it in a list", field=name)
     configs, labels = [], []
     for strategy in strategies:
         for budget in budgets:

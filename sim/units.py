@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from sim.checks import shown
 from sim.errors import SimError
 
 _UNITS = {
@@ -24,7 +25,7 @@ ALLOWED = "a byte count with an optional unit (B, KB, MB, GB, TB, KiB, MiB, GiB,
 def parse_bytes(text: str | int | float, *, source: str | None = None, field: str | None = None) -> int:
     """Parse a byte size; raise a one-line SimError naming the field on anything else."""
     if isinstance(text, bool):
-        raise SimError(f"expected {ALLOWED}, got {text!r}", source=source, field=field)
+        raise SimError(f"expected {ALLOWED}, got {shown(text)}", source=source, field=field)
     if isinstance(text, int | float):
         try:
             value, unit = float(text), ""
@@ -33,7 +34,7 @@ def parse_bytes(text: str | int | float, *, source: str | None = None, field: st
     else:
         match = _SIZE.match(str(text))
         if not match:
-            raise SimError(f"cannot parse {text!r}: expected {ALLOWED}", source=source, field=field)
+            raise SimError(f"cannot parse {shown(text)}: expected {ALLOWED}", source=source, field=field)
         value, unit = float(match.group(1)), match.group(2).lower()
         given = match.group(2)
         if len(given) == 2 and given[0].isupper() and given[1] == "b":  # Gb, Mb: the usual spelling of bits
@@ -43,7 +44,9 @@ def parse_bytes(text: str | int | float, *, source: str | None = None, field: st
         raise SimError(f"unknown unit {match.group(2)!r} in {text!r}: expected {ALLOWED}", source=source,
                        field=field)
     result = value * _UNITS[unit]
-    if not result >= 1 or result == float("inf"):  # NaN fails the comparison too
+    if result == float("inf"):
+        raise SimError(f"is too large for a size, got {shown(text)}", source=source, field=field)
+    if not result >= 1:  # NaN fails the comparison too
         raise SimError(f"must be at least 1 byte, got {text!r}", source=source, field=field)
     if _UNITS[unit] == 1 and not value.is_integer():  # 1.5 bytes: a typo, not a size to round
         raise SimError(f"must be a whole number of bytes, got {text!r}", source=source, field=field)
@@ -75,7 +78,7 @@ def parse_size_or_percent(text: str | int | float, *, source: str | None = None,
         try:
             pct = float(body)
         except ValueError:
-            raise SimError(f"cannot parse {text!r}: expected a percentage like 50%", source=source,
+            raise SimError(f"cannot parse {shown(text)}: expected a percentage like 50%", source=source,
                            field=field) from None
         if not 0 < pct <= max_percent:
             raise SimError(f"percentage must be in (0, {max_percent:g}]%, got {text!r}", source=source, field=field)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 import sim
 
 
@@ -170,3 +172,29 @@ def test_a_saturated_unit_is_at_most_fully_busy():
                           warmup_tokens=2)
     busy = result.summary["utilisation"]
     assert busy and all(0.0 <= v <= 1.0 for v in busy.values()) and max(busy.values()) > 0.99
+
+
+def test_api_arguments_of_the_wrong_kind_are_sim_errors_naming_them():
+    """Each once escaped as a TypeError or AttributeError from deep inside, ran something
+    else than asked (a string iterated as budgets), or buried the message under a long repr."""
+    from sim.explore.store import read_results
+    from sim.studies import budget_sweep
+
+    device = sim.load_device("oneplus-12")
+    cases = [
+        (lambda: sim.simulate(trace=5), "--trace: expected a trace file path or a Trace, got int"),
+        (lambda: sim.simulate(trace=sim.Trace(None)), "--trace: the Trace has no metadata"),
+        (lambda: sim.simulate(preset=""), "--preset: expected a preset name, got ''"),
+        (lambda: sim.simulate(timeline="no"), "--timeline: must be True or False"),
+        (lambda: sim.check_options(policy=device), "--policy: unknown policy DeviceProfile("),
+        (lambda: sim.check_options(memory_budget="1e400GB"), "--memory-budget: is too large for a size"),
+        (lambda: sim.plan_memory("turbosparse-mistral-7b", "oneplus-12", predictor="no"), "predictor: must be True"),
+        (lambda: sim.plan_memory("turbosparse-mistral-7b", "oneplus-12", runtime_bytes=1.5), "runtime_bytes: must be"),
+        (lambda: sim.plan_memory("turbosparse-mistral-7b", "oneplus-12", budget=True), "--memory-budget: expected"),
+        (lambda: budget_sweep("7GB"), "budgets: expected a list of budgets"),
+        (lambda: read_results(None), "path: expected a results file path"),
+    ]
+    for call, message in cases:
+        with pytest.raises(sim.SimError) as info:
+            call()
+        assert message in str(info.value) and len(str(info.value)) < 300, str(info.value)

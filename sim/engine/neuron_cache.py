@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.cache.base import CachePolicy
+from sim.checks import shown
 from sim.errors import SimError
 
 
@@ -28,7 +29,7 @@ def check_timed_policy(policy: str, keeps_profile: bool, field: str = "--policy"
     if not isinstance(policy, str) or policy not in POLICY_NAMES:  # offer only what this run can take
         usable = [n for n in POLICY_NAMES if not policy_class(n).needs_future
                   and (keeps_profile or not policy_class(n).needs_profile)]
-        raise SimError(f"unknown policy {policy!r}; choose one of {', '.join(usable)}", field=field)
+        raise SimError(f"unknown policy {shown(policy)}; choose one of {', '.join(usable)}", field=field)
     cls = policy_class(policy)
     if cls.needs_future:
         raise SimError(f"{policy} needs the future of the trace (an offline bound); compare it with "

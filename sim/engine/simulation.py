@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.checks import check_int
+from sim.checks import check_bool, check_int, shown
 from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine, Span, Usage
 from sim.engine.metrics import summarise
@@ -35,7 +35,7 @@ from sim.profiles.device import DeviceProfile
 from sim.profiles.memory import plan_memory
 from sim.profiles.model import ModelProfile
 from sim.profiles.registry import load_device, load_model
-from sim.traces.format import Trace
+from sim.traces.format import Trace, TraceMeta
 
 MODES = ("des", "analytic")
 DEFAULT_PROFILE_TOKENS = 64
@@ -64,7 +64,14 @@ def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset:
     trace is shorter."""
     if trace is not None and preset is not None:
         raise SimError("give either --trace or --preset, not both", field="--trace")
+    if trace is not None and not isinstance(trace, str | Path | Trace):
+        raise SimError(f"expected a trace file path or a Trace, got {type(trace).__name__}", field="--trace")
+    if preset is not None and (not isinstance(preset, str) or not preset):
+        raise SimError(f"expected a preset name, got {shown(preset)}", field="--preset")
     if isinstance(trace, Trace):
+        if not isinstance(getattr(trace, "meta", None), TraceMeta):
+            raise SimError("the Trace has no metadata (build one with Trace.load, synth_trace or Trace.from_rows)",
+                           field="--trace")
         loaded = trace
     elif trace is not None:
         loaded = Trace.load(trace)
@@ -240,6 +247,7 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
              knobs: dict[str, Any] | None = None, timeline: bool = False) -> SimResult:
     """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens."""
     wall0 = time.perf_counter()
+    timeline = check_bool(timeline, "--timeline")
     if timeline and mode == "analytic":
         raise SimError("the analytic cost model has no timeline; drop it or use mode 'des'", field="--timeline")
     setup = check_options(device, model, strategy, memory_budget=memory_budget, offload=offload,

@@ -333,6 +333,8 @@ def read_results(path: str | Path) -> pd.DataFrame:
     that is still running or was killed) are read too, so a plot never misses finished
     work; nothing is written or moved (``has_unmerged_parts`` tells a caller to say so).
     """
+    if not isinstance(path, str | Path) or not str(path):
+        raise SimError(f"expected a results file path (.parquet), got {path!r}", field="path")
     p = Path(path)
     store = ResultStore(p)
     parts = store.part_files()

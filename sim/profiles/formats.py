@@ -22,11 +22,12 @@ WeightsDtype = Literal["fp32", "fp16", "int8", "int4"]
 
 def check_dtype(value: str | None) -> str | None:
     """``value`` if it names a weights format (or is None: the model's default), else a ``--weights-dtype`` error."""
+    from sim.checks import shown
     from sim.errors import SimError
 
     allowed = get_args(WeightsDtype)
     if value is not None and value not in allowed:
-        raise SimError(f"must be one of {', '.join(allowed)}; got {value!r}", field="--weights-dtype")
+        raise SimError(f"must be one of {', '.join(allowed)}; got {shown(value)}", field="--weights-dtype")
     return value
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 from dataclasses import asdict, dataclass, field
 
-from sim.checks import check_int
+from sim.checks import check_bool, check_int
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
 from sim.profiles.formats import get_format
@@ -121,9 +121,10 @@ def plan_memory(model: ModelProfile, device: DeviceProfile, *, budget: str | int
     context_tokens = check_int(context_tokens, "--context-tokens", 1, None)
     if offload is not None and (isinstance(offload, bool) or not isinstance(offload, numbers.Real)):
         raise SimError(f"must be a fraction in [0, 1], got {offload!r}", field="--offload")
-    if isinstance(runtime_bytes, bool) or not isinstance(runtime_bytes, numbers.Real) \
-            or not 0 <= runtime_bytes < float("inf"):
-        raise SimError(f"must be a byte count >= 0, got {runtime_bytes!r}", field="runtime_bytes")
+    runtime_bytes = check_int(runtime_bytes, "runtime_bytes")  # whole bytes, >= 0
+    predictor, split_scales = check_bool(predictor, "predictor"), check_bool(split_scales, "split_scales")
+    if isinstance(budget, bool):
+        raise SimError(f"expected a size such as 19GB, 12GiB or 50%, got {budget!r}", field="--memory-budget")
     bundle = model.bundle(dtype, device.storage.page_bytes)
     ffn_bytes = model.ffn_neurons_total * bundle.dram_bytes
     resident = resident_components(model, dtype, context_tokens, predictor=predictor,
