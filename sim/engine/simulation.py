@@ -215,8 +215,11 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
             choice = f"choose one of {', '.join(units)}" if units else "leave it out to run on the CPU"
             raise SimError(f"{dev.name} has no {unit}; {choice}", field=knob)
     compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
-    compute = list(getattr(knob_values, "compute_cores", None) or compute)
-    io = list(getattr(knob_values, "io_cores", None) or io)
+    given_compute, given_io = getattr(knob_values, "compute_cores", None), getattr(knob_values, "io_cores", None)
+    if given_io and not given_compute and plan.offload_fraction > 0:  # the I/O thread's default core computes
+        compute = strat_cls.default_compute_beside(dev, list(given_io))
+    compute = list(given_compute or compute)
+    io = list(given_io or io)
     clusters = [c.name for c in dev.cpu.clusters]
     for knob, names in (("compute_cores", compute), ("io_cores", io)):
         for name in names:

@@ -48,3 +48,20 @@ def test_an_unknown_strategy_is_one_line_naming_the_argument(capsys, args):
     assert main(args) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: NAME: unknown strategy 'warp-drive'") and "\n" not in err
+
+
+def test_placing_the_io_thread_gives_its_default_core_back_to_compute():
+    """--set io_cores=[efficiency] left a performance core idle: the compute default still
+    kept it for the I/O thread that had moved."""
+    import sim
+
+    run = {"model": "turbosparse-mistral-7b", "offload": 0.5}
+    default = sim.check_options("iphone-15-pro", **run)
+    assert default.compute_cores == ["performance"] and default.io_cores == ["performance"]
+    moved = sim.check_options("iphone-15-pro", **run, knobs={"io_cores": ["efficiency"]})
+    assert moved.compute_cores == ["performance", "performance"] and moved.io_cores == ["efficiency"]
+    both = sim.check_options("iphone-15-pro", **run, knobs={"io_cores": ["efficiency"],
+                                                          "compute_cores": ["performance"]})
+    assert both.compute_cores == ["performance"]  # what the user gives is kept
+    flash = sim.check_options("iphone-15-pro", strategy="llm-in-flash", **run, knobs={"io_cores": ["efficiency"]})
+    assert flash.compute_cores == sim.check_options("iphone-15-pro", strategy="llm-in-flash", **run).compute_cores

@@ -118,6 +118,21 @@ class Strategy(ABC):
         """(compute cores, I/O cores) when the user gives none: see each strategy."""
         return default_core_split(device, needs_io)
 
+    @classmethod
+    def default_compute_beside(cls, device: DeviceProfile, io_cores: list[str]) -> list[str]:
+        """Compute cores when the user places the I/O threads but not the compute ones.
+
+        The default's compute clusters, each less one core per I/O thread placed on it: a
+        dedicated I/O thread moved to a slow core gives its fast core back to compute (it
+        used to sit idle). Strategies whose readers share the compute cores override this.
+        """
+        clusters = device.cpu.clusters
+        slowest = min(clusters, key=lambda c: c.int8_gops)
+        compute: list[str] = []
+        for c in [c for c in clusters if c is not slowest] or list(clusters):
+            compute += [c.name] * (c.cores - min(c.cores, io_cores.count(c.name)))
+        return compute or cls.default_cores(device)[0]
+
     @abstractmethod
     def prefill(self, stats: TokenStats) -> Event:
         """Process the prompt (all prompt tokens at once)."""

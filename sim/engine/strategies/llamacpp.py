@@ -120,6 +120,11 @@ class LlamaCpp(Strategy):
         compute, _ = default_core_split(device, needs_io=False)
         return compute, list(compute)
 
+    @classmethod
+    def default_compute_beside(cls, device: DeviceProfile, io_cores: list[str]) -> list[str]:
+        """The readers share the compute cores: placing them takes no core from compute."""
+        return cls.default_cores(device)[0]
+
     def __init__(self, ctx: RunContext, knobs: LlamaCppKnobs):
         super().__init__(ctx, knobs)
         self.k = knobs
