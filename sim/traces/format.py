@@ -216,6 +216,20 @@ class Trace:
     def from_rows(cls, meta: TraceMeta, active: list[np.ndarray], experts: np.ndarray | None = None,
                   predicted: list[np.ndarray] | None = None) -> Trace:
         """Build an in-memory trace from one id array per row (row order as in the format)."""
+        if not isinstance(meta, TraceMeta):
+            raise SimError(f"expected a TraceMeta, got {type(meta).__name__}", field="meta")
+        meta.check()  # before rows_per_token divides by its fields
+        if isinstance(active, str | bytes) or not isinstance(active, list | tuple):
+            raise SimError(f"expected a list of id arrays (one per row), got {type(active).__name__}",
+                           field="active")
+        if len(active) % meta.rows_per_token:
+            raise SimError(f"has {len(active)} rows, not a whole number of tokens of {meta.rows_per_token} rows "
+                           "(layers x top_k)", field="active")
+        for name, rows in (("active", active), ("predicted", predicted or [])):
+            for row in rows:
+                arr = np.asarray(row)
+                if arr.size and arr.dtype.kind not in "iu":  # 1.5 would be truncated to neuron 1
+                    raise SimError(f"neuron ids must be integers, got an array of dtype {arr.dtype}", field=name)
         n_tokens = len(active) // meta.rows_per_token
         if experts is None:
             experts = np.zeros((n_tokens, meta.n_layers, meta.top_k), dtype=np.int16)

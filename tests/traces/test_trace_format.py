@@ -168,3 +168,24 @@ def test_a_repeated_expert_in_a_layer_is_a_clean_error():
     with pytest.raises(SimError, match="same expert twice") as info:
         Trace.from_rows(meta, rows, np.array([[[2, 2]]], dtype=np.int16), None)
     assert info.value.field == "experts"
+
+
+def test_from_rows_checks_what_it_is_given():
+    """Metadata of zero layers divided by zero, float ids were truncated to other neurons,
+    and a partial token's rows were dropped without a word."""
+    import numpy as np
+    import pytest
+
+    from sim.errors import SimError
+    from sim.traces.format import Trace, TraceMeta
+
+    good = TraceMeta(model="t", n_layers=2, n_neurons=10, hidden=4)
+    with pytest.raises(SimError, match="n_layers"):
+        Trace.from_rows(TraceMeta(model="t", n_layers=0, n_neurons=10, hidden=4), [np.array([1])])
+    with pytest.raises(SimError, match=r"^meta: expected a TraceMeta"):
+        Trace.from_rows(None, [])
+    with pytest.raises(SimError, match=r"^active: neuron ids must be integers"):
+        Trace.from_rows(good, [np.array([1.5]), np.array([2])])
+    with pytest.raises(SimError, match=r"^active: has 3 rows, not a whole number of tokens"):
+        Trace.from_rows(good, [np.array([1])] * 3)
+    assert Trace.from_rows(good, [np.array([1]), np.array([2, 3])]).meta.n_tokens == 1
