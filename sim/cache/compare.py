@@ -29,6 +29,7 @@ from sim.cache.belady import next_use as compute_next_use
 from sim.cache.layout import CacheLayout, ItemSpace, RequestBlock
 from sim.cache.replay import Replayer, profile_counts_of, trace_stream
 from sim.cache.requests import read_requests_csv
+from sim.checks import check_int
 from sim.errors import SimError
 from sim.traces.format import Trace
 from sim.units import SizeSpec, parse_size_or_percent
@@ -39,7 +40,10 @@ COLUMNS = ["policy", "capacity_bytes", "capacity_pct", "requests", "hits", "miss
 
 def parse_policies(text: str | Sequence[str]) -> list[str]:
     """``"lru,s3fifo"`` or a list -> validated policy names (``all`` means every policy)."""
-    names = [n.strip() for n in text.split(",")] if isinstance(text, str) else [str(n).strip() for n in text]
+    if not isinstance(text, str) and not (isinstance(text, Sequence) and all(isinstance(n, str) for n in text)):
+        raise SimError(f"expected policy names (\"lru,s3fifo\" or a list), got {type(text).__name__}",
+                       field="--policies")
+    names = [n.strip() for n in text.split(",")] if isinstance(text, str) else [n.strip() for n in text]
     names = [n for n in names if n]
     if names == ["all"]:
         return list(POLICY_NAMES)
@@ -57,6 +61,8 @@ def resolve_sizes(sizes: str | Sequence[str | int | SizeSpec], total_bytes: int)
     A byte size above ``total_bytes`` is refused: a cache larger than everything it could
     hold measures nothing, and its "% of items" (thousands of percent) reads as a typo.
     """
+    if isinstance(sizes, bytes) or not isinstance(sizes, str | Sequence):  # b"x" iterated as numbers
+        raise SimError(f"expected sizes (\"10%,2MiB\" or a list), got {type(sizes).__name__}", field="--sizes")
     items = [s.strip() for s in sizes.split(",")] if isinstance(sizes, str) else list(sizes)
     items = [s for s in items if not (isinstance(s, str) and not s)]
     if not items:
@@ -90,6 +96,7 @@ def miss_ratio_curves(space: ItemSpace, block: RequestBlock, policies: Sequence[
     nu = compute_next_use(block.items, block.offsets) if any(c.needs_future for c in classes) else None
     if profile_counts is None and any(c.needs_profile for c in classes):
         profile_counts = block.item_counts(space.n_items)
+    warmup_tokens = check_int(warmup_tokens, "--warmup-tokens")
     if not 0 <= warmup_tokens < max(space.n_tokens, 1):
         raise SimError(f"must be in [0, {space.n_tokens}) for a stream of {space.n_tokens} tokens, "
                        f"got {warmup_tokens}", field="--warmup-tokens")
@@ -113,7 +120,13 @@ def compare_trace(trace: Trace, policies: Sequence[str] | str, sizes: Sequence[A
                   neuron_bytes: int = 1, granularity: str = "neuron", cluster_neurons: int = 32,
                   split: str = "shared", profile: Trace | np.ndarray | None = None,
                   **options: Any) -> pd.DataFrame:
-    """Miss-ratio curves of a trace; percentages are of all FFN neuron bytes."""
+    """Miss-ratio curves of a trace (a Trace, or a trace file's path); percentages are of
+    all FFN neuron bytes."""
+    if isinstance(trace, str | Path):
+        trace = Trace.load(trace)
+    if not isinstance(trace, Trace):
+        raise SimError(f"expected a Trace or a trace file path, got {type(trace).__name__}", field="trace")
+    neuron_bytes = check_int(neuron_bytes, "--neuron-bytes", 1)
     names = parse_policies(policies)
     if "pi2-segmented" in names and granularity != "neuron":
         raise SimError("pi2-segmented has its own granularity (hot clusters, cold neurons); "

@@ -99,3 +99,23 @@ def test_comparison_options_go_to_the_policies_that_take_them():
     assert len(df) == 2
     with pytest.raises(SimError, match="no policy takes"):
         compare_trace(trace, "lru", "20%", windw_tokens=1)
+
+
+def test_compare_trace_checks_its_arguments_and_takes_a_path(tmp_path):
+    """A path was an AttributeError, 2.5 bytes per neuron was truncated, b"x" became a cache
+    size, a float warm-up gave fractional token counts."""
+    import pytest
+    from cache_helpers import toy_trace
+
+    from sim.cache.compare import compare_trace
+    from sim.errors import SimError
+
+    path = tmp_path / "t.npz"
+    toy_trace(n_tokens=6).save(path)
+    assert len(compare_trace(str(path), "lru", "10%,50%")) == 2
+    for kwargs, field in (({"neuron_bytes": 2.5}, "--neuron-bytes"), ({"warmup_tokens": 2.5}, "--warmup-tokens"),
+                          ({"policies": None}, "--policies"), ({"sizes": b"x"}, "--sizes")):
+        with pytest.raises(SimError, match=f"^{field}: "):
+            compare_trace(path, **{"policies": "lru", "sizes": "10%", **kwargs})
+    with pytest.raises(SimError, match=r"^trace: expected a Trace"):
+        compare_trace(5, "lru", "10%")
