@@ -104,12 +104,6 @@ def test_comparison_options_go_to_the_policies_that_take_them():
 def test_compare_trace_checks_its_arguments_and_takes_a_path(tmp_path):
     """A path was an AttributeError, 2.5 bytes per neuron was truncated, b"x" became a cache
     size, a float warm-up gave fractional token counts."""
-    import pytest
-    from cache_helpers import toy_trace
-
-    from sim.cache.compare import compare_trace
-    from sim.errors import SimError
-
     path = tmp_path / "t.npz"
     toy_trace(n_tokens=6).save(path)
     assert len(compare_trace(str(path), "lru", "10%,50%")) == 2
