@@ -382,3 +382,24 @@ def test_a_bad_value_in_a_union_field_is_named_by_the_field_not_the_union_member
     assert main(["sweep", str(spec), "--out", str(tmp_path / "r.parquet"), "--dry-run"]) == 2
     err = _one_line_error(capsys)
     assert ": sample.ranges.knobs.hot_share.high: " in err and ".float" not in err
+
+
+def test_options_that_change_nothing_say_so(tmp_path, capsys):
+    """--seed with --trace, and a trace or seed with the dense strategy, gave identical figures
+    without a word: a user sweeping seeds would believe the spread was measured."""
+    trace = tmp_path / "t.npz"
+    assert main(["trace", "synth", "--model", "turbosparse-mistral-7b", "--tokens", "24", "--out", str(trace)]) == 0
+    capsys.readouterr()
+    run = ["run", "--model", "turbosparse-mistral-7b", "--memory-budget", "3GB", "--decode-tokens", "4", "--json"]
+    figures = []
+    for seed in ("0", "5"):
+        assert main([*run, "--trace", str(trace), "--profile-tokens", "4", "--seed", seed]) == 0
+        out = _strict_json(capsys.readouterr().out)
+        figures.append(out["decode_tokens_per_s"])
+        assert any("changes nothing with --trace" in w for w in out["warnings"]) == (seed == "5")
+    assert figures[0] == figures[1]
+    dense = ["run", "--model", "turbosparse-mistral-7b", "--strategy", "dense", "--decode-tokens", "4", "--json"]
+    assert main([*dense, "--seed", "3"]) == 0
+    assert any("dense strategy computes every weight" in w for w in _strict_json(capsys.readouterr().out)["warnings"])
+    assert main(dense) == 0
+    assert not _strict_json(capsys.readouterr().out)["warnings"]

@@ -267,6 +267,11 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
     # oracle profile). By default a generated trace gets DEFAULT_PROFILE_TOKENS extra tokens;
     # a given trace is used as it is (profile 0) unless profile_tokens says otherwise.
     run_warnings = []
+    if strat_cls.name == "dense" and (trace is not None or preset is not None or seed):
+        run_warnings.append("the dense strategy computes every weight whatever fires: --trace, --preset and "
+                            "--seed change nothing in its figures")
+    elif trace is not None and seed:  # the seed only draws a preset's synthetic trace
+        run_warnings.append(f"--seed {seed} changes nothing with --trace: the trace fixes the activations")
     if profile_tokens is None:
         profile_tokens = DEFAULT_PROFILE_TOKENS if trace is None else 0
         if trace is not None and strat_cls.keeps_profile:
