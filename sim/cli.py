@@ -23,9 +23,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as shells report it; commands never use it otherwise
+
 # Command modules, in help order. Groups are mounted under their name; modules with
 # ``register`` add top-level commands.
-INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as shells report it; commands never use it otherwise
 COMMAND_MODULES = ["run", "strategies", "validate", "profiles", "memory", "cache", "trace", "sweep", "plan"]
 
 

@@ -16,6 +16,13 @@ from sim.errors import SimError
 PLOT_SUFFIXES = (".png", ".pdf", ".svg")  # figure formats every matplotlib backend writes
 
 
+def check_suffix(path: Path, flag: str, suffixes: tuple[str, ...]) -> None:
+    """Refuse an extension the writer does not understand (no check when ``suffixes`` is empty)."""
+    if suffixes and path.suffix.lower() not in suffixes:
+        raise SimError(f"unsupported extension {path.suffix or '(none)'!r}; allowed: {', '.join(suffixes)}",
+                       source=str(path), field=flag)
+
+
 def check_output(path: Path | None, flag: str, *, suffixes: tuple[str, ...] = (), directory: bool = False) -> None:
     """Fail now, before any work, if ``path`` cannot be written as the ``flag`` output.
 
@@ -30,9 +37,7 @@ def check_output(path: Path | None, flag: str, *, suffixes: tuple[str, ...] = ()
     path = Path(path)
     if not directory and path.is_dir():
         raise SimError("is a folder; give a file name", source=str(path), field=flag)
-    if suffixes and path.suffix.lower() not in suffixes:
-        raise SimError(f"unsupported extension {path.suffix or '(none)'!r}; allowed: {', '.join(suffixes)}",
-                       source=str(path), field=flag)
+    check_suffix(path, flag, suffixes)
     try:
         if directory:
             if path.exists() and not path.is_dir():

@@ -15,7 +15,7 @@ import typer
 from typer.core import TyperGroup
 
 from sim.errors import SimError, Stopped
-from sim.outputs import PLOT_SUFFIXES, check_output
+from sim.outputs import PLOT_SUFFIXES, check_output, check_suffix
 
 RESULT_SUFFIXES = (".parquet",)  # the store writes Parquet only (its parts, resume and compaction rely on it)
 EXIT_FAILED_POINTS = 1
@@ -74,9 +74,7 @@ def run(
         raise SimError("is a folder; give a spec file (.yaml)" if spec.is_dir() else "no such spec file",
                        source=str(spec))
     if dry_run:  # writes nothing: the output is only checked for its kind, no folder is made
-        if out.suffix.lower() not in RESULT_SUFFIXES:
-            raise SimError(f"unsupported extension {out.suffix or '(none)'!r}; allowed: {', '.join(RESULT_SUFFIXES)}",
-                           source=str(out), field="--out")
+        check_suffix(out, "--out", RESULT_SUFFIXES)
         _dry_run(spec, out)
         return
     check_output(out, "--out", suffixes=RESULT_SUFFIXES)

@@ -90,8 +90,7 @@ class ResultStore:
         try:
             names = set(pq.read_schema(self.out).names)
         except Exception as exc:
-            raise SimError(f"cannot read the existing results ({type(exc).__name__}); move the file away or "
-                           "choose another --out", source=str(self.out)) from None
+            raise self._unreadable(exc) from None
         missing = [c for c in (ID, "status") if c not in names]
         if missing:
             raise SimError(f"is not a sweep's results file (it has no {' or '.join(missing)} column); move it "
@@ -214,8 +213,11 @@ class ResultStore:
         try:
             return _read(self.out)
         except Exception as exc:
-            raise SimError(f"cannot read the existing results ({type(exc).__name__}); move the file away or "
-                           "choose another --out", source=str(self.out)) from None
+            raise self._unreadable(exc) from None
+
+    def _unreadable(self, exc: Exception) -> SimError:
+        return SimError(f"cannot read the existing results ({type(exc).__name__}); move the file away or "
+                        "choose another --out", source=str(self.out))
 
     def _read_part(self, path: Path) -> pd.DataFrame | None:
         try:

@@ -108,6 +108,7 @@ class Strategy(ABC):
     uses_predictor: ClassVar[bool] = True  # predictors occupy DRAM
     split_scales: ClassVar[bool] = True  # FFN scales resident, bundles without them in cache
     keeps_profile: ClassVar[bool] = False  # holds the offline hot-neuron profile (profile-based policies need it)
+    readers_share_compute: ClassVar[bool] = False  # flash readers run on the compute cores, not cores of their own
 
     def __init__(self, ctx: RunContext, knobs: Knobs):
         self.ctx = ctx
@@ -124,14 +125,11 @@ class Strategy(ABC):
 
         The default's compute clusters, each less one core per I/O thread placed on it: a
         dedicated I/O thread moved to a slow core gives its fast core back to compute (it
-        used to sit idle). Strategies whose readers share the compute cores override this.
+        used to sit idle). Readers that share the compute cores take none.
         """
-        clusters = device.cpu.clusters
-        slowest = min(clusters, key=lambda c: c.int8_gops)
-        compute: list[str] = []
-        for c in [c for c in clusters if c is not slowest] or list(clusters):
-            compute += [c.name] * (c.cores - min(c.cores, io_cores.count(c.name)))
-        return compute or cls.default_cores(device)[0]
+        if cls.readers_share_compute:
+            return cls.default_cores(device)[0]
+        return cores_beside(device, io_cores) or cls.default_cores(device)[0]
 
     @abstractmethod
     def prefill(self, stats: TokenStats) -> Event:
@@ -188,13 +186,21 @@ def default_core_split(device: DeviceProfile, needs_io: bool = True) -> tuple[li
     When nothing is read from flash during decode (the model fits), that core computes
     too; the I/O thread then only serves prefill's reads, if any.
     """
+    clusters = _compute_clusters(device)
+    io = max([c for c in clusters if c.cores > 1] or list(device.cpu.clusters), key=lambda c: c.io_4k_gbps)
+    return cores_beside(device, [io.name] if needs_io else []) or [io.name], [io.name]
+
+
+def _compute_clusters(device: DeviceProfile) -> list:
+    """Every cluster but the slowest (all of them on a phone with one cluster)."""
     clusters = device.cpu.clusters
     slowest = min(clusters, key=lambda c: c.int8_gops)
-    compute_clusters = [c for c in clusters if c is not slowest] or list(clusters)
-    io_candidates = [c for c in compute_clusters if c.cores > 1] or list(clusters)
-    io = max(io_candidates, key=lambda c: c.io_4k_gbps)
-    compute = []
-    for c in compute_clusters:
-        n = c.cores - (1 if (c is io and needs_io) else 0)
-        compute += [c.name] * n
-    return compute or [io.name], [io.name]
+    return [c for c in clusters if c is not slowest] or list(clusters)
+
+
+def cores_beside(device: DeviceProfile, io_cores: list[str]) -> list[str]:
+    """The compute clusters' cores, less one per dedicated I/O thread placed on them."""
+    compute: list[str] = []
+    for c in _compute_clusters(device):
+        compute += [c.name] * (c.cores - min(c.cores, io_cores.count(c.name)))
+    return compute

@@ -112,6 +112,7 @@ class LlamaCpp(Strategy):
     knobs_model = LlamaCppKnobs
     uses_predictor = False
     split_scales = False
+    readers_share_compute = True  # see default_cores
 
     @classmethod
     def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
@@ -119,11 +120,6 @@ class LlamaCpp(Strategy):
         compute threads themselves take the page faults."""
         compute, _ = default_core_split(device, needs_io=False)
         return compute, list(compute)
-
-    @classmethod
-    def default_compute_beside(cls, device: DeviceProfile, io_cores: list[str]) -> list[str]:
-        """The readers share the compute cores: placing them takes no core from compute."""
-        return cls.default_cores(device)[0]
 
     def __init__(self, ctx: RunContext, knobs: LlamaCppKnobs):
         super().__init__(ctx, knobs)

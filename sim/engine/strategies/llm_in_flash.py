@@ -103,6 +103,7 @@ class LlmInFlash(Strategy):
     knobs_model = LlmInFlashKnobs
     uses_predictor = True  # [FLASH §4.1]: the predictor is 1.25% of the model, held in DRAM
     split_scales = False  # [FLASH §3.2]: a neuron's bundle is self-contained (no separate scale region)
+    readers_share_compute = True  # see default_cores
 
     @classmethod
     def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
@@ -110,11 +111,6 @@ class LlmInFlash(Strategy):
         I/O); 32 reader threads [FLASH §4] run round-robin on the same cores."""
         compute, _ = default_core_split(device, needs_io=False)
         return compute, spread_threads(compute, FLASH_IO_THREADS)
-
-    @classmethod
-    def default_compute_beside(cls, device: DeviceProfile, io_cores: list[str]) -> list[str]:
-        """The readers share the compute cores: placing them takes no core from compute."""
-        return cls.default_cores(device)[0]
 
     def __init__(self, ctx: RunContext, knobs: LlmInFlashKnobs):
         super().__init__(ctx, knobs)
