@@ -60,10 +60,15 @@ def metric_value(summary: dict[str, Any], metric: str) -> float:
 
 
 def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: int = 16,
-              seed: int = 0) -> dict[str, Any]:
+              seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One point's prediction; ``overrides`` replaces run options (a calibration's edits,
+    :func:`sim.calibrate.apply.run_overrides`), the knobs among them."""
     from sim.engine.simulation import simulate
 
+    overrides = dict(overrides or {})
+    knobs = overrides.pop("knobs", point.get("knobs"))
     kwargs = {k: point[k] for k in RUN_KEYS if k in point}
+    kwargs.update(overrides)
     if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict):
         raise SimError(f"point {point['id']!r}: a speedup needs baseline_knobs (the run it is faster than)",
                        source="published.yaml", field="baseline_knobs")
@@ -71,10 +76,11 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
         summary = {"memory": _memory_summary(kwargs)}
     else:
         summary = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
-                           knobs=point.get("knobs"), **kwargs).summary
+                           knobs=knobs, **kwargs).summary
     if point["metric"] == SPEEDUP:  # a paper's "N x faster than <baseline>": latency ratio of two runs
+        baseline_knobs = {**(knobs or {}), **point["baseline_knobs"]}
         baseline = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
-                            knobs=point.get("baseline_knobs"), **kwargs).summary
+                            knobs=baseline_knobs, **kwargs).summary
         summary = {SPEEDUP: baseline["latency_ms_mean"] / summary["latency_ms_mean"]}
     predicted = metric_value(summary, point["metric"])
     published = float(point["published"])

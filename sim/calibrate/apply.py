@@ -1,0 +1,106 @@
+"""Put calibrated values into a published point's run: profile edits, knobs, an edited trace preset.
+
+One mechanism for every kind of unknown: a value reaches the run exactly as a user's
+``--set`` would (``model.``/``device.`` field paths, strategy knobs) or, for a trace-preset
+field, as the same synthetic trace generated from the edited preset. A value is applied to
+a point only where its scope matches the point's model family, implementation, device and
+OS, so one number serves every run it describes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from sim.calibrate.unknowns import Unknown
+from sim.errors import SimError
+
+# Traces generated from edited presets, kept while a fit evaluates the same values on many points.
+_TRACES: OrderedDict[tuple, Any] = OrderedDict()
+TRACE_CACHE = 4
+
+
+def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
+    """What a scope can match in a point: its model's family, implementation, device and OS.
+
+    A point's implementation is its strategy unless it names one (``implementation: ...``,
+    e.g. [PI2]'s own port of LLM in a Flash, which is not Apple's program).
+    """
+    from sim.profiles.registry import load_device, load_model
+
+    facts: dict[str, str | None] = {"implementation": point.get("implementation") or point.get("strategy"),
+                                    "device": point.get("device"), "model_family": None, "os": None}
+    if point.get("model"):
+        facts["model_family"] = load_model(point["model"]).family
+    if point.get("device"):
+        facts["os"] = getattr(load_device(point["device"]), "os", None)
+    return facts
+
+
+def applicable(unknowns: list[Unknown], point: Mapping[str, Any]) -> list[Unknown]:
+    """The unknowns whose scope covers ``point``."""
+    if point.get("modelled") is False:
+        return []
+    facts = scope_facts(point)
+    return [u for u in unknowns if u.applies_to(facts)]
+
+
+def run_overrides(point: Mapping[str, Any], values: Mapping[Unknown, float], *, decode_tokens: int,
+                  warmup_tokens: int = 16, seed: int = 0) -> dict[str, Any]:
+    """Keyword arguments of :func:`sim.engine.simulation.simulate` that put ``values`` into the point's run.
+
+    Only the values whose scope covers the point are used; none gives ``{}`` (the run as
+    published.yaml states it).
+    """
+    from sim.profiles.edits import edit_device, edit_model
+
+    chosen = {u: v for u, v in values.items() if u in applicable(list(values), point)}
+    by_kind: dict[str, dict[str, Any]] = {kind: {} for kind in ("model", "device", "knobs", "preset")}
+    for unknown, value in chosen.items():
+        by_kind[unknown.kind][unknown.field_path] = int(round(value)) if unknown.integer else float(value)
+    out: dict[str, Any] = {}
+    if by_kind["model"]:
+        out["model"] = edit_model(point["model"], by_kind["model"])
+    if by_kind["device"]:
+        out["device"] = edit_device(point["device"], by_kind["device"])
+    if by_kind["knobs"]:
+        out["knobs"] = {**(point.get("knobs") or {}), **by_kind["knobs"]}
+    if by_kind["preset"]:
+        out.update(_edited_trace(point, out.get("model", point["model"]), by_kind["preset"],
+                                 decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed))
+    return out
+
+
+def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *, decode_tokens: int,
+                  warmup_tokens: int, seed: int) -> dict[str, Any]:
+    """The point's synthetic trace from its preset with ``edits``, as the run would generate it.
+
+    The run profiles hot neurons on the trace's first tokens exactly as it does on a
+    generated preset (``profile_tokens`` given), so unedited values give the same figures.
+    """
+    from sim.engine.simulation import DEFAULT_PROFILE_TOKENS
+    from sim.profiles.edits import apply_path
+    from sim.profiles.registry import load_model
+    from sim.profiles.yamlio import load_yaml_file
+    from sim.traces.params import PRESET_DIR, SynthDims, params_from_mapping, preset_names
+    from sim.traces.synth import synth_trace
+
+    profile = load_model(model)
+    name = point.get("preset") or profile.name
+    if name not in preset_names():
+        raise SimError(f"has no trace preset {name!r} to calibrate", source=str(point.get("id")), field="preset")
+    raw = copy.deepcopy(load_yaml_file(PRESET_DIR / f"{name}.yaml"))
+    for path, value in edits.items():
+        apply_path(raw, path, value, where=f"preset.{path}")
+    params = params_from_mapping(raw, f"{name} (calibrated)")
+    n_tokens = DEFAULT_PROFILE_TOKENS + warmup_tokens + decode_tokens
+    dims = SynthDims.from_model(profile)
+    key = (params.to_yaml(), dims, n_tokens, seed)
+    if key not in _TRACES:
+        _TRACES[key] = synth_trace(params, dims, n_tokens, seed, chunk_tokens=32)
+        while len(_TRACES) > TRACE_CACHE:
+            _TRACES.popitem(last=False)
+    _TRACES.move_to_end(key)
+    return {"trace": _TRACES[key], "preset": None, "profile_tokens": DEFAULT_PROFILE_TOKENS}

@@ -1,0 +1,172 @@
+"""A calibration: fitted values (in-sample and per cross-validation fold), as a YAML file.
+
+The file is what `sim calibrate` writes and what `sim validate --calibration` applies. It
+says how to remake it (the points, the unknowns, the run length), the code version and
+the date, each value with its uncertainty and whether it ended at a bound, and for every
+held-out source group the values refitted without it. Cross-validation holds out one
+*source group* at a time (all points of one figure or table: they share a setting and an
+author's method, so holding out one of them alone would leak the rest) and predicts it
+from the others.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from sim.calibrate.fit import FitResult, check_fit, fit, today
+from sim.calibrate.unknowns import Unknown, load_unknowns
+from sim.errors import SimError
+from sim.profiles.yamlio import load_yaml_file, load_yaml_text
+
+DEFAULT_NAME = "default.yaml"
+NONE = "none"  # `--calibration none`: the microbenchmark-only prediction
+
+
+def source_group(point: Mapping[str, Any]) -> str:
+    """A point's cross-validation group: its figure or table (``[PI2] Fig. 10``)."""
+    return str(point["source"]).split("(")[0].strip()
+
+
+@dataclass
+class Calibration:
+    """Values to apply: in-sample, and per held-out group (``folds``)."""
+
+    unknowns: list[Unknown]
+    values: dict[str, float]
+    sigma: dict[str, float]
+    at_bound: list[str]
+    points: list[str]
+    folds: dict[str, dict[str, float]]  # source group -> values fitted without it
+    meta: dict[str, Any]
+    source: str = "<calibration>"
+
+    def by_unknown(self, values: Mapping[str, float]) -> dict[Unknown, float]:
+        return {u: float(values[u.name]) for u in self.unknowns if u.name in values}
+
+    def in_sample(self) -> dict[Unknown, float]:
+        return self.by_unknown(self.values)
+
+    def cross_validated(self, point: Mapping[str, Any]) -> dict[Unknown, float] | None:
+        """The values fitted without the point's group (None: the point was not in the fit;
+        then the in-sample values are already out of sample for it)."""
+        group = source_group(point)
+        if str(point["id"]) not in self.points:
+            return self.in_sample()
+        if group not in self.folds:
+            return None
+        return self.by_unknown(self.folds[group])
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            "version": 1,
+            **self.meta,
+            "points": list(self.points),
+            "values": {u.name: {"value": _num(self.values[u.name]), "sigma": _num(self.sigma.get(u.name, math.nan)),
+                                "prior": list(u.prior), "unit": u.unit, "at_bound": u.name in self.at_bound}
+                       for u in self.unknowns},
+            "folds": {g: {k: _num(v) for k, v in vals.items()} for g, vals in self.folds.items()},
+        }
+
+
+def _num(x: float) -> float | None:
+    return None if not math.isfinite(x) else float(f"{x:.6g}")
+
+
+def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
+              max_evals: int = 200, cross_validate: bool = True, made_by: str = "sim calibrate",
+              progress: Callable[[str, int, float], None] | None = None) -> tuple[Calibration, FitResult]:
+    """Fit on every point, then refit once per source group held out (leave-one-group-out).
+
+    A fold keeps only the unknowns that still reach one of its points and, if the half-rule
+    would be broken, drops the fold's unknowns that reach the fewest points (their values
+    stay at the full fit's, which then sees the held-out group: the fold says so in
+    ``meta.fold_notes``). Returns the calibration and the full fit.
+    """
+    check_fit(points, unknowns)
+    full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals,
+               progress=(lambda n, c: progress("all points", n, c)) if progress else None)
+    folds: dict[str, dict[str, float]] = {}
+    notes: dict[str, str] = {}
+    if cross_validate:
+        from sim.calibrate.apply import applicable
+
+        groups = sorted({source_group(p) for p in points})
+        for group in groups:
+            kept = [p for p in points if source_group(p) != group]
+            reach = {u.name: sum(1 for p in kept if u in applicable([u], p)) for u in unknowns}
+            free = [u for u in unknowns if reach[u.name] > 0]
+            free.sort(key=lambda u: -reach[u.name])
+            while free and 2 * len(free) > len(kept):
+                free.pop()
+            fixed = [u.name for u in unknowns if u not in free]
+            if fixed:
+                notes[group] = (f"without {group}, {', '.join(fixed)} reach{'es' if len(fixed) == 1 else ''} too few "
+                                "points to refit: kept at the prior's centre")
+            vals = {u.name: u.midpoint for u in unknowns if u not in free}
+            if free:
+                sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=max_evals, start=full.values,
+                          progress=(lambda n, c, g=group: progress(f"without {g}", n, c)) if progress else None)
+                vals.update(sub.values)
+            folds[group] = vals
+    meta = {"made_by": made_by, "code_version": _code_version(), "date": today(),
+            "decode_tokens": decode_tokens, "evaluations": full.evaluations,
+            "warnings": list(full.warnings), "fold_notes": notes,
+            "residuals": {i: {"before": _num(full.initial_residuals[i]), "after": _num(full.residuals[i])}
+                          for i in full.points}}
+    cal = Calibration(unknowns, dict(full.values), dict(full.sigma), list(full.at_bound), list(full.points), folds,
+                      meta)
+    return cal, full
+
+
+def _code_version() -> str:
+    from sim.explore.resolve import version
+
+    return version()
+
+
+def default_path() -> Path:
+    return Path(str(resources.files("sim.data").joinpath(f"calibration/{DEFAULT_NAME}")))
+
+
+def load_calibration(ref: str | Path | None) -> Calibration | None:
+    """``none`` -> None; None -> the bundled default; else a file `sim calibrate --out` wrote."""
+    if isinstance(ref, str) and ref == NONE:
+        return None
+    path = default_path() if ref is None else Path(ref)
+    raw = load_yaml_text(path.read_text(encoding="utf-8"), str(path)) if ref is None else load_yaml_file(path)
+    return from_mapping(raw, str(path))
+
+
+def from_mapping(raw: Mapping[str, Any], source: str) -> Calibration:
+    if raw.get("version") != 1:
+        raise SimError(f"expected version: 1, got {raw.get('version')!r}", source=source, field="version")
+    registry = {u.name: u for u in load_unknowns()}
+    values_raw = raw.get("values")
+    if not isinstance(values_raw, Mapping) or not values_raw:
+        raise SimError("expected a mapping of unknown names to fitted values", source=source, field="values")
+    unknowns, values, sigma = [], {}, {}
+    for name, entry in values_raw.items():
+        if name not in registry:
+            raise SimError(f"unknown {name!r} is not in the registry; known: {', '.join(registry)}",
+                           source=source, field="values")
+        u = registry[name]
+        value = entry.get("value") if isinstance(entry, Mapping) else None
+        if not isinstance(value, int | float) or isinstance(value, bool) or not (
+                u.prior[0] <= value <= u.prior[1]):
+            raise SimError(f"must be a number in the prior [{u.prior[0]:g}, {u.prior[1]:g}], got {value!r}",
+                           source=source, field=f"values.{name}.value")
+        unknowns.append(u)
+        values[name] = float(value)
+        s = entry.get("sigma")
+        sigma[name] = float(s) if isinstance(s, int | float) else math.nan
+    at_bound = [n for n, e in values_raw.items() if isinstance(e, Mapping) and e.get("at_bound")]
+    folds = {str(g): {str(k): float(v) for k, v in (vals or {}).items()}
+             for g, vals in (raw.get("folds") or {}).items()}
+    meta = {k: v for k, v in raw.items() if k not in ("version", "values", "folds", "points")}
+    return Calibration(unknowns, values, sigma, at_bound, [str(p) for p in raw.get("points") or []], folds, meta,
+                       source)

@@ -1,0 +1,164 @@
+"""Estimate unknowns on published points: bounded least squares on log(predicted / published).
+
+The fit is what the field's calibrated performance models do (LLMCompass, GenZ, a roofline
+calibrated on a device): a few named unknowns, estimated on declared measurements, then
+used to predict others. Its guards keep it honest: every point counts once, there are
+never more free parameters than half the points they are fitted on, every parameter
+reaches at least one point, and a value that ends at its prior's bound is reported as the
+sign of a missing mechanism rather than hidden.
+
+The optimiser works in each unknown's unit coordinates (0..1 across the prior, log-spaced
+for a ``log`` transform); the uncertainty is the usual Gauss-Newton one,
+``sqrt(diag((J^T J)^-1) * s^2)`` with ``s^2`` the residual variance, mapped back to the value.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from sim.calibrate.apply import applicable, run_overrides
+from sim.calibrate.unknowns import Unknown
+from sim.errors import SimError
+
+# Finite-difference step in unit coordinates: a DES prediction is piecewise constant at
+# tiny scales (integer neuron counts, a fixed seed), so a step far above float noise.
+DIFF_STEP = 0.04
+AT_BOUND = 0.01  # within 1% of the prior's width of an end: "at its bound"
+
+
+@dataclass
+class FitResult:
+    """Fitted values, their 1-sigma uncertainty, and the points' residuals before and after."""
+
+    unknowns: list[Unknown]
+    values: dict[str, float]
+    sigma: dict[str, float]
+    at_bound: list[str]
+    points: list[str]
+    residuals: dict[str, float]  # log(predicted / published) at the fitted values
+    initial_residuals: dict[str, float]
+    evaluations: int
+    decode_tokens: int
+    warnings: list[str] = field(default_factory=list)
+
+    def values_by_unknown(self) -> dict[Unknown, float]:
+        return {u: self.values[u.name] for u in self.unknowns}
+
+
+def predict(point: Mapping[str, Any], values: Mapping[Unknown, float], *, decode_tokens: int) -> float:
+    """The point's prediction with ``values`` applied (those in its scope)."""
+    from sim.validation import run_point
+
+    overrides = run_overrides(point, values, decode_tokens=decode_tokens)
+    row = run_point(dict(point), decode_tokens=decode_tokens, overrides=overrides)
+    predicted = float(row["predicted"])
+    if not (math.isfinite(predicted) and predicted > 0):
+        raise SimError(f"the run gave {predicted} for {point['metric']!r}; a fit needs a positive figure",
+                       source=str(point["id"]), field="metric")
+    return predicted
+
+
+def check_fit(points: list[Mapping[str, Any]], unknowns: list[Unknown]) -> None:
+    """Refuse a fit that could not be honest, before anything runs (each error names the flag)."""
+    ids = [str(p["id"]) for p in points]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise SimError(f"point {', '.join(map(repr, twice))} is selected more than once; each published figure "
+                       "counts once", field="--points")
+    not_modelled = [str(p["id"]) for p in points if p.get("modelled") is False]
+    if not_modelled:
+        raise SimError(f"{', '.join(not_modelled)} {'is' if len(not_modelled) == 1 else 'are'} not modelled "
+                       "(no run reproduces the figure); leave them out", field="--points")
+    names = [u.name for u in unknowns]
+    if not unknowns:
+        raise SimError("no unknown selected", field="--params")
+    if len(set(names)) != len(names):
+        raise SimError("an unknown is selected twice", field="--params")
+    if 2 * len(unknowns) > len(points):
+        raise SimError(f"{len(unknowns)} free parameters on {len(points)} points: at most half as many parameters "
+                       f"as points (at most {len(points) // 2} here); select fewer with --params or more "
+                       "points with --points", field="--params")
+    for unknown in unknowns:
+        if not any(unknown in applicable([unknown], p) for p in points):
+            raise SimError(f"{unknown.name} reaches none of the selected points (its scope: {unknown.scope})",
+                           field="--params")
+
+
+def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
+        max_evals: int = 200, start: Mapping[str, float] | None = None,
+        progress: Callable[[int, float], None] | None = None) -> FitResult:
+    """Fit ``unknowns`` to ``points`` (published.yaml entries) and return the estimate."""
+    from scipy.optimize import least_squares
+
+    check_fit(points, unknowns)
+    published = np.array([float(p["published"]) for p in points])
+    evaluations = 0
+
+    def values_at(u: np.ndarray) -> dict[Unknown, float]:
+        return {unk: unk.from_unit(float(x)) for unk, x in zip(unknowns, u, strict=True)}
+
+    def residuals(u: np.ndarray) -> np.ndarray:
+        nonlocal evaluations
+        evaluations += 1
+        vals = values_at(u)
+        predicted = np.array([predict(p, vals, decode_tokens=decode_tokens) for p in points])
+        r = np.log(predicted / published)
+        if progress is not None:
+            progress(evaluations, float(np.sum(r * r)))
+        return r
+
+    memo: dict[bytes, np.ndarray] = {}
+
+    def cached(u: np.ndarray) -> np.ndarray:
+        key = np.asarray(u, dtype=float).tobytes()
+        if key not in memo:
+            memo[key] = residuals(np.asarray(u, dtype=float))
+        return memo[key]
+
+    def jacobian(u: np.ndarray) -> np.ndarray:
+        """Forward differences with an absolute step in unit coordinates (backward near the top
+        bound): scipy's own step is relative to x, which vanishes near the lower bound."""
+        r = cached(u)
+        jac = np.empty((len(r), len(u)))
+        for i in range(len(u)):
+            h = DIFF_STEP if u[i] + DIFF_STEP <= 1.0 else -DIFF_STEP
+            step = u.copy()
+            step[i] += h
+            jac[:, i] = (cached(step) - r) / h
+        return jac
+
+    u0 = np.array([unk.to_unit(float(start[unk.name])) if start and unk.name in start else 0.5 for unk in unknowns])
+    u0 = np.clip(u0, 0.0, 1.0)
+    r0 = cached(u0)
+    sol = least_squares(cached, u0, jac=jacobian, bounds=(0.0, 1.0), max_nfev=max_evals, x_scale=1.0,
+                        method="trf")
+    values = values_at(sol.x)
+    dof = max(len(points) - len(unknowns), 1)
+    s2 = float(np.sum(sol.fun ** 2)) / dof
+    sigma: dict[str, float] = {}
+    try:
+        cov_u = np.linalg.pinv(sol.jac.T @ sol.jac) * s2
+        for i, unk in enumerate(unknowns):
+            su = math.sqrt(max(float(cov_u[i, i]), 0.0))
+            x = float(sol.x[i])
+            hi, lo = unk.from_unit(min(x + su, 1.0)), unk.from_unit(max(x - su, 0.0))
+            sigma[unk.name] = abs(hi - lo) / 2
+    except np.linalg.LinAlgError:
+        sigma = {unk.name: math.nan for unk in unknowns}
+    at_bound = [unk.name for unk, x in zip(unknowns, sol.x, strict=True) if x <= AT_BOUND or x >= 1 - AT_BOUND]
+    warnings = [f"{name} ended at its prior's bound: a sign of a missing mechanism, not a value to trust"
+                for name in at_bound]
+    ids = [str(p["id"]) for p in points]
+    return FitResult(unknowns, {u.name: v for u, v in values.items()}, sigma, at_bound, ids,
+                     dict(zip(ids, sol.fun.tolist(), strict=True)), dict(zip(ids, r0.tolist(), strict=True)),
+                     evaluations, decode_tokens, warnings)
+
+
+def today() -> str:
+    return datetime.date.today().isoformat()

@@ -1,0 +1,73 @@
+"""Validation with a calibration: each point's error uncalibrated, in-sample and cross-validated.
+
+The three are kept apart because they answer different questions. Uncalibrated: what the
+microbenchmarks and mechanisms alone predict. In-sample: how well the fitted values
+reproduce the points they were fitted on (always flattering). Cross-validated: the error on
+a source group the fit never saw, the one figure that says how well the simulator predicts;
+it is the headline.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from sim.calibrate.apply import applicable
+from sim.calibrate.calibration import Calibration, source_group
+from sim.calibrate.fit import predict
+from sim.errors import SimError
+
+ERROR_COLUMNS = ("error_uncalibrated", "error_in_sample", "error_cv")
+
+
+def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_tokens: int) -> pd.DataFrame:
+    """``table`` (from :func:`sim.validation.validate`, uncalibrated) with the three error columns.
+
+    ``predicted`` and ``error_pct`` become the in-sample calibrated figures (what a run with
+    this calibration gives); ``error_*`` are percentages. A point no unknown reaches keeps its
+    uncalibrated figure in all three.
+    """
+    from sim.validation import load_points
+
+    points = {str(p["id"]): p for p in load_points()}
+    out = table.copy()
+    for col in (*ERROR_COLUMNS, "predicted_uncalibrated", "predicted_cv", "cv_group"):
+        out[col] = math.nan if col != "cv_group" else None
+    for i, row in out.iterrows():
+        point = points.get(str(row["id"]))
+        if point is None or row.get("status") != "ok":
+            continue
+        published = float(row["published"])
+        base = float(row["predicted"])
+        out.at[i, "predicted_uncalibrated"] = base
+        out.at[i, "error_uncalibrated"] = 100 * (base / published - 1)
+        reached = applicable(calibration.unknowns, point)
+        in_sample = calibration.in_sample()
+        cv_values = calibration.cross_validated(point)
+        try:
+            fitted = predict(point, in_sample, decode_tokens=decode_tokens) if reached else base
+            cv = (predict(point, cv_values, decode_tokens=decode_tokens) if reached and cv_values is not None
+                  else (base if cv_values is not None else math.nan))
+        except SimError as exc:
+            out.at[i, "status"], out.at[i, "error"] = "failed", f"with the calibration: {exc}"
+            continue
+        out.at[i, "predicted"] = fitted
+        out.at[i, "error_pct"] = 100 * (fitted / published - 1)
+        out.at[i, "within_tolerance"] = abs(fitted / published - 1) <= float(row["tolerance_pct"]) / 100
+        out.at[i, "error_in_sample"] = 100 * (fitted / published - 1)
+        out.at[i, "predicted_cv"] = cv
+        out.at[i, "error_cv"] = 100 * (cv / published - 1) if math.isfinite(cv) else math.nan
+        out.at[i, "cv_group"] = source_group(point) if str(point["id"]) in calibration.points else "(not fitted)"
+    return out
+
+
+def mapes(table: pd.DataFrame) -> dict[str, Any]:
+    """MAPE of each error column over the points that have all three (the same points for each)."""
+    have = table[list(ERROR_COLUMNS)].notna().all(axis=1)
+    n = int(have.sum())
+    result: dict[str, Any] = {"points": n}
+    for col in ERROR_COLUMNS:
+        result[col.replace("error_", "mape_") + "_pct"] = float(table.loc[have, col].abs().mean()) if n else math.nan
+    return result

@@ -1,0 +1,102 @@
+"""`sim calibrate`: estimate the named unknowns on published points; `sim calibrate params` lists them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(help="Fit the named unknowns (what no microbenchmark gives) to published points.",
+                  invoke_without_command=True, no_args_is_help=False)
+
+
+@app.callback()
+def calibrate_cmd(
+    ctx: typer.Context,
+    points: str | None = typer.Option(None, "--points", help="Published point ids or globs, comma-separated "
+                                      "(default: every modelled point some selected unknown reaches)."),
+    params: str | None = typer.Option(None, "--params", help="Unknown names or globs, comma-separated "
+                                      "(default: all; `sim calibrate params` lists them)."),
+    out: Path | None = typer.Option(None, "--out", help="Write the calibration here (.yaml)."),
+    decode_tokens: int = typer.Option(64, "--decode-tokens", help="Decode tokens per point run."),
+    max_evals: int = typer.Option(200, "--max-evals", help="Evaluations per fit (each runs every point once)."),
+    no_cv: bool = typer.Option(False, "--no-cv", help="Skip the leave-one-source-group-out refits."),
+    json_out: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
+) -> None:
+    """Fit the selected unknowns by bounded least squares on log(predicted/published)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import yaml
+
+    from sim.calibrate.apply import applicable
+    from sim.calibrate.calibration import calibrate
+    from sim.calibrate.unknowns import load_unknowns, select
+    from sim.checks import check_int
+    from sim.outputs import check_output, json_text
+    from sim.validation import check_decode_tokens, load_points
+
+    check_decode_tokens(decode_tokens)
+    check_int(max_evals, "--max-evals", 1, 100_000)
+    check_output(out, "--out", suffixes=(".yaml", ".yml"))
+    unknowns = select(load_unknowns(), params, "unknown", "--params")
+    all_points = load_points()
+    if points is None:
+        chosen = [p for p in all_points if p.get("modelled") is not False and applicable(unknowns, p)]
+    else:
+        chosen = select(all_points, points, "point", "--points", key=lambda p: str(p["id"]))
+    console = Console(stderr=True)
+
+    def progress(stage: str, n: int, cost: float) -> None:
+        console.print(f"[dim]{stage}: evaluation {n}, sum of squared log errors {cost:.4g}[/dim]")
+
+    made_by = " ".join(["sim calibrate", *(f"--points '{points}'" for _ in [0] if points),
+                        *(f"--params '{params}'" for _ in [0] if params), f"--decode-tokens {decode_tokens}",
+                        *(["--no-cv"] if no_cv else [])])
+    cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals,
+                          cross_validate=not no_cv, made_by=made_by, progress=progress)
+    mapping = cal.to_mapping()
+    if out is not None:
+        out.write_text(yaml.safe_dump(mapping, sort_keys=False, width=110, allow_unicode=True), encoding="utf-8")
+    if json_out:
+        print(json_text(mapping))
+        return
+    table = Table("unknown", "value", "± 1 sigma", "prior", "unit", title=f"calibration on {len(chosen)} points")
+    for u in cal.unknowns:
+        mark = " (at bound)" if u.name in cal.at_bound else ""
+        table.add_row(u.name, f"{cal.values[u.name]:.4g}{mark}", f"{cal.sigma[u.name]:.2g}",
+                      f"[{u.prior[0]:g}, {u.prior[1]:g}]", u.unit)
+    res = Table("point", "log error before", "after", title="residuals, log(predicted / published)")
+    for i in full.points:
+        res.add_row(i, f"{full.initial_residuals[i]:+.3f}", f"{full.residuals[i]:+.3f}")
+    out_console = Console(width=160)
+    out_console.print(table)
+    out_console.print(res)
+    for warning in full.warnings:
+        out_console.print(f"warning: {warning}")
+    if out is not None:
+        out_console.print(f"wrote {out}; apply it with `sim validate --calibration {out}`")
+
+
+@app.command("params")
+def params_cmd(
+    params: str | None = typer.Option(None, "--params", help="Unknown names or globs, comma-separated."),
+    json_out: bool = typer.Option(False, "--json", help="Print JSON."),
+) -> None:
+    """List the calibratable unknowns: path, unit, meaning, prior and its evidence, scope."""
+    from sim.calibrate.unknowns import load_unknowns, registry_path, select
+    from sim.outputs import json_text
+
+    unknowns = select(load_unknowns(), params, "unknown", "--params")
+    if json_out:
+        print(json_text([json.loads(u.model_dump_json()) for u in unknowns]))
+        return
+    table = Table("name", "path", "unit", "prior", "scope", "meaning / evidence",
+                  title=f"calibratable unknowns ({registry_path().name})", show_lines=True)
+    for u in unknowns:
+        scope = ", ".join(f"{k}={v}" for k, v in u.scope.items())
+        table.add_row(u.name, u.path, u.unit, f"[{u.prior[0]:g}, {u.prior[1]:g}]"
+                      + (" log" if u.transform == "log" else ""), scope, f"{u.meaning}\n[dim]{u.evidence}[/dim]")
+    Console(width=200).print(table)

@@ -1,0 +1,149 @@
+"""The calibration's guards, its fit and the three-error validation table (sim/calibrate)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.calibrate.apply import applicable, run_overrides
+from sim.calibrate.calibration import calibrate, default_path, load_calibration
+from sim.calibrate.fit import check_fit, fit, predict
+from sim.calibrate.unknowns import Unknown, load_unknowns, select
+from sim.cli import main
+from sim.errors import SimError
+from sim.validation import load_points, run_point
+
+MEMORY = "pi2-mixtral-7gb-mem-*"
+
+
+def _points(pattern: str) -> list[dict]:
+    return select(load_points(), pattern, "point", "--points", key=lambda p: str(p["id"]))
+
+
+def _unknown(name: str) -> Unknown:
+    return next(u for u in load_unknowns() if u.name == name)
+
+
+def test_registry_entries_are_physical_and_coarse():
+    unknowns = load_unknowns()
+    assert unknowns
+    for u in unknowns:
+        assert u.unit and u.meaning and u.evidence
+        assert set(u.scope) <= {"model_family", "implementation", "device", "os"}
+
+
+@pytest.mark.parametrize("scope", [{"point": "pi2-mixtral-7gb"}, {"budget": "7GB"}, {"offload": "0.5"}, {}])
+def test_a_scope_finer_than_a_family_implementation_or_device_is_refused(tmp_path, scope):
+    registry = tmp_path / "unknowns.yaml"
+    registry.write_text(json.dumps({"version": 1, "unknowns": [{
+        "name": "x", "path": "model.predictor.rank", "unit": "u", "meaning": "m", "prior": [1, 2],
+        "evidence": "e", "scope": scope}]}))
+    with pytest.raises(SimError, match="scope"):
+        load_unknowns(registry)
+
+
+def test_a_point_used_twice_is_refused():
+    points = _points("pi2-mixtral-7gb-mem-cache")
+    with pytest.raises(SimError, match="more than once") as exc:
+        check_fit(points + points, [_unknown("mixtral-predictor-rank")])
+    assert exc.value.field == "--points"
+
+
+def test_more_parameters_than_half_the_points_is_refused():
+    points = _points("pi2-mixtral-7gb-mem-cache,pi2-mixtral-7gb-mem-predictors,pi2-mixtral-7gb")
+    unknowns = [_unknown("mixtral-predictor-rank"), _unknown("mixtral-persistence")]
+    with pytest.raises(SimError, match="at most half") as exc:
+        check_fit(points, unknowns)
+    assert exc.value.field == "--params"
+
+
+def test_an_unknown_that_reaches_no_selected_point_is_refused():
+    with pytest.raises(SimError, match="reaches none"):
+        check_fit(_points(MEMORY), [_unknown("m1-pytorch-cpu-efficiency")])
+
+
+def test_scope_decides_which_points_an_unknown_reaches():
+    rank = _unknown("mixtral-predictor-rank")
+    reached = {p["id"] for p in load_points() if applicable([rank], p)}
+    assert "pi2-mixtral-7gb" in reached
+    assert not any(i.startswith("flash-opt") for i in reached)  # another model family
+    assert not any("ts-mistral" in i for i in reached)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.floats(0, 1))
+def test_unit_coordinates_round_trip_inside_the_prior(u):
+    for unknown in load_unknowns():
+        x = unknown.from_unit(u)
+        assert unknown.prior[0] - 0.5 <= x <= unknown.prior[1] + 0.5
+        if not unknown.integer:
+            assert math.isclose(unknown.to_unit(x), u, abs_tol=1e-9)
+
+
+def test_the_prior_value_of_a_preset_field_reproduces_the_uncalibrated_run():
+    """The trace-preset path is the run's own trace when the value is the preset's."""
+    point = _points("pi2-mixtral-offload50")[0]
+    sigma = _unknown("mixtral-propensity-sigma")
+    from sim.traces.params import load_preset
+
+    own = float(load_preset("turbosparse-mixtral-47b").raw["propensity"]["sigma"])
+    assert "trace" in run_overrides(point, {sigma: own}, decode_tokens=4)
+    base = run_point(point, decode_tokens=4)["predicted"]
+    assert predict(point, {sigma: own}, decode_tokens=4) == pytest.approx(base, rel=1e-12)
+    assert predict(point, {sigma: 2.0}, decode_tokens=4) != pytest.approx(base, rel=1e-3)
+
+
+def test_the_fit_reduces_the_error_and_stays_in_the_prior():
+    points = _points(MEMORY)
+    rank = _unknown("mixtral-predictor-rank")
+    result = fit(points, [rank], max_evals=30, start={rank.name: 140})
+    assert rank.prior[0] <= result.values[rank.name] <= rank.prior[1]
+    cost = lambda r: sum(v * v for v in r.values())  # noqa: E731
+    assert cost(result.residuals) < cost(result.initial_residuals)
+
+
+def test_refitting_the_default_calibration_converges_to_the_committed_values():
+    committed = load_calibration(None)
+    assert committed is not None and committed.values
+    points = [p for p in load_points() if str(p["id"]) in committed.points]
+    cal, _ = calibrate(points, committed.unknowns, max_evals=40, cross_validate=False)
+    for name, value in committed.values.items():
+        tolerance = max(2 * committed.sigma[name], 1e-6 * abs(value), 1.0)
+        assert abs(cal.values[name] - value) <= tolerance, name
+    assert default_path().is_file()
+
+
+def test_validate_with_a_calibration_reports_three_errors_apart(tmp_path, capsys):
+    out = tmp_path / "cal.yaml"
+    assert main(["calibrate", "--params", "mixtral-predictor-rank", "--points", MEMORY, "--max-evals", "15",
+                 "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["validate", "pi2-mixtral-7gb-mem-cache", "pi2-prefill-cpu-7b", "--calibration", str(out),
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = {r["id"]: r for r in data["points"]}
+    for row in rows.values():
+        assert {"error_uncalibrated", "error_in_sample", "error_cv"} <= set(row)
+    # a point no unknown reaches keeps its uncalibrated figure in all three
+    cpu = rows["pi2-prefill-cpu-7b"]
+    assert cpu["error_uncalibrated"] == cpu["error_in_sample"] == cpu["error_cv"]
+    assert data["calibrated"]["points"] == 2
+
+
+def test_a_bad_calibration_file_is_one_line_and_exit_2(tmp_path, capsys):
+    bad = tmp_path / "cal.yaml"
+    bad.write_text("version: 1\nvalues: {mixtral-predictor-rank: {value: 9999}}\n")
+    assert main(["validate", "pi2-prefill-cpu-7b", "--calibration", str(bad)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "prior" in err and "cal.yaml" in err
+
+
+def test_calibrate_params_lists_the_registry(capsys):
+    assert main(["calibrate", "params", "--json"]) == 0
+    names = {u["name"] for u in json.loads(capsys.readouterr().out)}
+    assert names == {u.name for u in load_unknowns()}
+    assert main(["calibrate", "--params", "nope-*"]) == 2
