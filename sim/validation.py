@@ -1,6 +1,6 @@
 """Published figures versus what the simulator predicts for the same setting.
 
-Points live in ``sim/data/validation/published.yaml`` with their source (paper, table or
+Points live in ``validation/published.yaml`` with their source (paper, table or
 figure) and the run options that reproduce the setting. They are used only to check
 predictions: no profile number or strategy default is fitted to them.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import difflib
 import math
-from importlib import resources
 from typing import Any
 
 import pandas as pd
 
+from sim.bundled import bundled_dir
 from sim.checks import check_int
 from sim.errors import SimError
 from sim.profiles.yamlio import load_yaml_text
@@ -26,11 +26,11 @@ SPEEDUP = "speedup"  # the point's run against the same run with `baseline_knobs
 
 def published_path() -> str:
     """Where the published points live, as a path a user can open (named in id errors)."""
-    return str(resources.files("sim.data").joinpath("validation/published.yaml"))
+    return str(bundled_dir("validation") / "published.yaml")
 
 
 def load_points() -> list[dict[str, Any]]:
-    text = resources.files("sim.data").joinpath("validation/published.yaml").read_text(encoding="utf-8")
+    text = (bundled_dir("validation") / "published.yaml").read_text(encoding="utf-8")
     data = load_yaml_text(text, "published.yaml")
     points = data.get("points")
     if not isinstance(points, list):
@@ -90,7 +90,7 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
 
 def _memory_summary(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The memory plan `sim memory` prints for a point's device, model, strategy and budget."""
-    from sim.engine.strategies.base import get_strategy
+    from sim.engine.strategies import get_strategy
     from sim.profiles.memory import plan_memory
     from sim.profiles.registry import load_device, load_model
 
@@ -198,7 +198,7 @@ def point_budget_bytes(point: dict[str, Any], *, context_tokens: int = 128) -> i
     strategy decides whether predictors and separate scales are resident), so published
     "50% of FFN offloaded" points can sit on a tokens/s-vs-budget axis.
     """
-    from sim.engine.strategies.base import get_strategy
+    from sim.engine.strategies import get_strategy
     from sim.profiles.memory import plan_memory
     from sim.profiles.registry import load_device, load_model
     from sim.units import parse_bytes

@@ -9,11 +9,11 @@ simulator can warn when asked to extrapolate.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from sim.bundled import bundled_dir
 from sim.profiles.validation import MIN_RATE, ByteSize, Strict, documentary
 
 Positive = Field(gt=0)
@@ -227,11 +227,4 @@ class DeviceProfile(Strict):
         return self
 
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "device_profiles"
-
-
-def load_device(ref: str | Path | DeviceProfile) -> DeviceProfile:
-    """Load a bundled device by name or a user's YAML by path (see sim.profiles.registry)."""
-    from sim.profiles.registry import load_device as _load_device
-
-    return _load_device(ref)
+BUNDLED_DIR = bundled_dir("device_profiles")

@@ -7,11 +7,11 @@ checks them against the published totals so a typo in a dimension cannot go unno
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from sim.bundled import bundled_dir
 from sim.profiles.formats import NeuronBundle, WeightsDtype, get_format
 from sim.profiles.validation import Strict, documentary
 
@@ -169,11 +169,4 @@ class ModelProfile(Strict):
         return NeuronBundle(self.ffn_matrices, self.hidden, fmt, alignment_bytes)
 
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "model_profiles"
-
-
-def load_model(ref: str | Path | ModelProfile) -> ModelProfile:
-    """Load a bundled model by name or a user's YAML by path (see sim.profiles.registry)."""
-    from sim.profiles.registry import load_model as _load_model
-
-    return _load_model(ref)
+BUNDLED_DIR = bundled_dir("model_profiles")
