@@ -34,7 +34,7 @@ def memory(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the DRAM breakdown for a model on a device at a budget or offload fraction."""
-    from sim.engine.strategies.base import get_strategy
+    from sim.engine.strategies import get_strategy
     from sim.outputs import json_text
     from sim.profiles.formats import check_dtype
 

@@ -159,7 +159,7 @@ def run(
 
         write_perfetto(result.spans, timeline)
     if gantt is not None:
-        from sim.engine.timeline import draw_gantt
+        from sim.plots import draw_gantt
 
         draw_gantt(result.spans, gantt)
     if tokens_csv is not None:

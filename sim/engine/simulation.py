@@ -26,7 +26,8 @@ from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine, Span, Usage
 from sim.engine.metrics import summarise
 from sim.engine.neuron_cache import check_timed_policy
-from sim.engine.strategies.base import UNIT_KNOBS, RunContext, TokenStats, get_strategy, parse_knobs
+from sim.engine.strategies import get_strategy
+from sim.engine.strategies.base import UNIT_KNOBS, RunContext, TokenStats, parse_knobs
 from sim.engine.trace_replay import replayable
 from sim.engine.units import accelerator
 from sim.engine.workload import check_trace_matches, iter_token_layers, popularity

@@ -129,7 +129,8 @@ def profile_with_overrides(kind: str, ref: Any, overrides: list[tuple[str, Any]]
 
 def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None) -> dict[str, Any]:
     """The complete configuration of one point (raises SettingError when it is not runnable)."""
-    from sim.engine.strategies.base import get_strategy, parse_knobs
+    from sim.engine.strategies import get_strategy
+    from sim.engine.strategies.base import parse_knobs
 
     resolver = resolver or Resolver(Path.cwd(), "spec")
     run = dict(run_defaults())

@@ -157,15 +157,6 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-def get_strategy(name: str) -> type[Strategy]:
-    import sim.engine.strategies  # noqa: F401  (registers the bundled strategies)
-
-    if name not in REGISTRY:
-        raise SimError(f"unknown strategy {name!r}; choose one of {', '.join(sorted(REGISTRY))}",
-                       field="--strategy")
-    return REGISTRY[name]
-
-
 def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--set") -> Knobs:
     from sim.profiles.validation import validate
 
