@@ -29,7 +29,7 @@ from sim.engine.neuron_cache import check_timed_policy
 from sim.engine.strategies import get_strategy
 from sim.engine.strategies.base import UNIT_KNOBS, RunContext, TokenStats, parse_knobs
 from sim.engine.trace_replay import replayable
-from sim.engine.units import accelerator
+from sim.engine.unit_labels import accelerator
 from sim.engine.workload import check_trace_matches, iter_token_layers, popularity
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
@@ -149,7 +149,7 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
     """Every check of a run's options that needs no trace, and what they resolve to.
 
     :func:`simulate` starts here, and a sweep calls it on each point before running any
-    (``sim.explore.checks``), so one set of rules decides what a valid run is. A bad
+    (``sim.explore.point_checks``), so one set of rules decides what a valid run is. A bad
     option raises a one-line :class:`SimError` naming it; a budget the device cannot hold
     is found here too (by the memory plan).
     """

@@ -200,7 +200,7 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
          executor: Executor | None = None) -> PlanResult:
     """Search the PowerInfer-2 knobs for ``model`` on ``device`` at ``memory_budget``."""
     from sim.engine.strategies import get_strategy
-    from sim.explore.checks import check_task
+    from sim.explore.point_checks import check_task
     from sim.profiles.registry import load_device, load_model
 
     if objective not in OBJECTIVES:

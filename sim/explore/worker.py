@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from sim import kernel_cache
-from sim.engine.units import unit_kind
+from sim.engine.unit_labels import unit_kind
 from sim.errors import SimError, interrupt_behind
 
 PARENT_POLL_S = 1.0  # how often a pool worker checks that the sweep's process is still there

@@ -6,7 +6,9 @@ from the CLI or a test never depends on a display or changes global backend stat
 One module per job: :mod:`~sim.plots.style` (colours, labels, captions, saving),
 :mod:`~sim.plots.cache` (cache-policy comparison), :mod:`~sim.plots.runs` (tokens/s vs
 budget, latency breakdown, Gantt), :mod:`~sim.plots.sweeps` (sweep heatmap) and
-:mod:`~sim.plots.validation` (published vs predicted). Import figures from ``sim.plots``.
+:mod:`~sim.plots.validation` (published vs predicted). Import figures from ``sim.plots``;
+:mod:`~sim.plots.sweep_lines` (a sweep metric against one axis, for ``sim sweep plot``) is
+imported from its module.
 """
 
 from __future__ import annotations

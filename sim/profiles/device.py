@@ -14,7 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from sim.bundled import bundled_dir
-from sim.profiles.validation import MIN_RATE, ByteSize, Strict, documentary
+from sim.profiles.schema import MIN_RATE, ByteSize, Strict, documentary
 
 Positive = Field(gt=0)
 Fraction = Field(ge=0, le=1)
@@ -93,10 +93,6 @@ class CpuProfile(Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"cluster names must be unique, got {names}")
         return clusters
-
-    @property
-    def total_cores(self) -> int:
-        return sum(c.cores for c in self.clusters)
 
     def cluster(self, name: str) -> CpuCluster:
         for c in self.clusters:

@@ -13,7 +13,7 @@ from pydantic import Field, model_validator
 
 from sim.bundled import bundled_dir
 from sim.profiles.formats import NeuronBundle, WeightsDtype, get_format
-from sim.profiles.validation import Strict, documentary
+from sim.profiles.schema import Strict, documentary
 
 Activation = Literal["relu", "relu2", "drelu", "fatrelu", "silu", "gelu"]
 
@@ -157,12 +157,6 @@ class ModelProfile(Strict):
     @property
     def predictor_bytes(self) -> int:
         return self.predictor_params * self.predictor.bytes_per_weight
-
-    @property
-    def predictor_flops_per_token(self) -> int:
-        """Per token: every layer's predictor runs for each expert the router picked."""
-        per = 2 * self.predictor.rank * (self.hidden + self.ffn_dim)
-        return per * self.n_layers * (self.top_k if self.predictor.per_expert else 1)
 
     def bundle(self, dtype: str | None = None, alignment_bytes: int = 4096) -> NeuronBundle:
         fmt = get_format(dtype or self.default_dtype, hidden=self.hidden)

@@ -158,7 +158,7 @@ def register(cls: type[Strategy]) -> type[Strategy]:
 
 
 def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--set") -> Knobs:
-    from sim.profiles.validation import validate
+    from sim.profiles.schema import validate
 
     known = cls.knobs_model.model_fields
     for key in values:
