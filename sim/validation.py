@@ -15,11 +15,13 @@ import pandas as pd
 
 from sim.bundled import bundled_dir
 from sim.checks import check_int
+from sim.engine.config import RunConfig
 from sim.errors import SimError
 from sim.profiles.yamlio import load_yaml_text
 
-RUN_KEYS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "policy", "preset",
-            "prompt_tokens")
+# The run options a point may set (RunConfig's fields); `sim validate` sets the token counts and
+# the seed, and a point's knobs (and a speedup's baseline_knobs) are given on their own.
+RUN_KEYS = tuple(k for k in RunConfig.model_fields if k not in ("knobs", "decode_tokens", "warmup_tokens", "seed"))
 DEFAULT_TOLERANCE = 0.15
 SPEEDUP = "speedup"  # the point's run against the same run with `baseline_knobs` (mean latency ratio)
 
@@ -67,14 +69,16 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
     if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict):
         raise SimError(f"point {point['id']!r}: a speedup needs baseline_knobs (the run it is faster than)",
                        source="published.yaml", field="baseline_knobs")
+    def config(knobs: Any) -> RunConfig:  # a validation point is a run configuration
+        return RunConfig.of(source=f"published.yaml: {point['id']}", decode_tokens=decode_tokens,
+                            warmup_tokens=warmup_tokens, seed=seed, knobs=knobs, **kwargs)
+
     if point.get("kind") == "memory":  # a DRAM breakdown: `sim memory`'s plan, no run needed
         summary = {"memory": _memory_summary(kwargs)}
     else:
-        summary = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
-                           knobs=point.get("knobs"), **kwargs).summary
+        summary = simulate(config(point.get("knobs"))).summary
     if point["metric"] == SPEEDUP:  # a paper's "N x faster than <baseline>": latency ratio of two runs
-        baseline = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
-                            knobs=point.get("baseline_knobs"), **kwargs).summary
+        baseline = simulate(config(point.get("baseline_knobs"))).summary
         summary = {SPEEDUP: baseline["latency_ms_mean"] / summary["latency_ms_mean"]}
     predicted = metric_value(summary, point["metric"])
     published = float(point["published"])
