@@ -20,7 +20,7 @@ Figures printed:
   same hits on that prefix when served one key per step (libCacheSim's model);
 - every timing is the best of ``--repeat`` runs, and building a cache's state (ours or
   libCacheSim's) is not timed;
-- the engine-facing per-step API (``NeuronCache.step``), microseconds per call.
+- the per-step API (``StepwiseCache.step``), microseconds per call.
 
 Capacities: 50% of the FFN (PowerInfer-2's Mixtral setting; a 32-token trace then fits,
 so nearly every miss is compulsory) and 10% (evictions on most misses).
@@ -38,8 +38,8 @@ import numpy as np
 
 from sim.cache.layout import CacheLayout, RequestBlock
 from sim.cache.lru import LRU
-from sim.cache.neuron import NeuronCache
 from sim.cache.replay import Replayer, replay
+from sim.cache.stepwise import StepwiseCache
 from sim.traces.format import Trace, TraceMeta
 from sim.units import parse_size_or_percent
 
@@ -161,8 +161,8 @@ def main() -> None:
         print(f"ratio, batched replay / libcachesim: {(n / t_ours) / (m / t_lcs):.1f}x (target >= 10x)")
 
     cap = caps[0]
-    # The engine's per-step API: one call per (token, layer, expert).
-    cache_api = NeuronCache(layout, "lru", cap)
+    # The per-step API: one call per (token, layer, expert).
+    cache_api = StepwiseCache(layout, "lru", cap)
     chunks = list(trace.chunks())[:1]
     calls, served = 0, 0
     t0 = time.perf_counter()
@@ -175,7 +175,7 @@ def main() -> None:
                     calls += 1
                     served += ids.size
     t_api = time.perf_counter() - t0
-    print(f"NeuronCache.step (engine API):    {rate(served, t_api)}   {1e6 * t_api / calls:.1f} us per step call")
+    print(f"StepwiseCache.step (engine API):    {rate(served, t_api)}   {1e6 * t_api / calls:.1f} us per step call")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ simpy, numba and pandas)::
     result = sim.simulate(device, "turbosparse-mixtral-47b", "powerinfer2", offload=0.5)
     result.summary["decode_tokens_per_s"]
     faster = sim.edit_device(device, {"cpu.clusters.big.cores": 3})  # a what-if, as `sim run --set`
+    same = sim.simulate(sim.RunConfig(device="oneplus-12", offload=0.5))  # a run as one object
+
+The package holds the code; the bundled data lives in top-level folders of the repository
+(``device_profiles/``, ``model_profiles/``, ``trace_presets/``, ``validation/``) and ships in
+the wheel as ``sim.data.<folder>`` (:mod:`sim.bundled` finds it either way).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ _API = {
     "Trace": "sim.traces.format",
     "synth_trace": "sim.traces.synth",
     "make_policy": "sim.cache",
+    "RunConfig": "sim.engine.config",
     "simulate": "sim.engine.simulation",
     "check_options": "sim.engine.simulation",
     "SimResult": "sim.engine.simulation",

@@ -5,7 +5,7 @@ and profiles, so after a calibration change one command brings them up to date:
 
 - ``tokens_vs_budget.png``: TurboSparse-Mixtral-47B on the OnePlus 12, decode tokens/s
   against the DRAM budget for PowerInfer-2, LLM in a Flash and llama.cpp, with the
-  published PowerInfer-2 points of ``sim/data/validation/published.yaml`` overlaid;
+  published PowerInfer-2 points of ``validation/published.yaml`` overlaid;
 - ``latency_breakdown.png``: where a decode token's time goes in those runs;
 - ``gantt.png``: the simulated timeline of one PowerInfer-2 decode token.
 

@@ -33,11 +33,6 @@ class Stopped(Exception):
         self.status = status
 
 
-def fail(message: str, *, source: str | None = None, field: str | None = None) -> SimError:
-    """Build a :class:`SimError`; written ``raise fail(...)`` so call sites read as prose."""
-    return SimError(message, source=source, field=field)
-
-
 def interrupt_behind(exc: BaseException | None) -> BaseException | None:
     """The Ctrl-C (or SIGTERM raised as one) behind ``exc``, if any.
 

@@ -1,6 +1,6 @@
 """Published figures versus what the simulator predicts for the same setting.
 
-Points live in ``sim/data/validation/published.yaml`` with their source (paper, table or
+Points live in ``validation/published.yaml`` with their source (paper, table or
 figure) and the run options that reproduce the setting. They are used only to check
 predictions: no profile number or strategy default is fitted to them.
 """
@@ -9,28 +9,30 @@ from __future__ import annotations
 
 import difflib
 import math
-from importlib import resources
 from typing import Any
 
 import pandas as pd
 
+from sim.bundled import bundled_dir
 from sim.checks import check_int
+from sim.engine.config import RunConfig
 from sim.errors import SimError
 from sim.profiles.yamlio import load_yaml_text
 
-RUN_KEYS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "policy", "preset",
-            "prompt_tokens")
+# The run options a point may set (RunConfig's fields); `sim validate` sets the token counts and
+# the seed, and a point's knobs (and a speedup's baseline_knobs) are given on their own.
+RUN_KEYS = tuple(k for k in RunConfig.model_fields if k not in ("knobs", "decode_tokens", "warmup_tokens", "seed"))
 DEFAULT_TOLERANCE = 0.15
 SPEEDUP = "speedup"  # the point's run against the same run with `baseline_knobs` (mean latency ratio)
 
 
 def published_path() -> str:
     """Where the published points live, as a path a user can open (named in id errors)."""
-    return str(resources.files("sim.data").joinpath("validation/published.yaml"))
+    return str(bundled_dir("validation") / "published.yaml")
 
 
 def load_points() -> list[dict[str, Any]]:
-    text = resources.files("sim.data").joinpath("validation/published.yaml").read_text(encoding="utf-8")
+    text = (bundled_dir("validation") / "published.yaml").read_text(encoding="utf-8")
     data = load_yaml_text(text, "published.yaml")
     points = data.get("points")
     if not isinstance(points, list):
@@ -72,15 +74,14 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
     if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict):
         raise SimError(f"point {point['id']!r}: a speedup needs baseline_knobs (the run it is faster than)",
                        source="published.yaml", field="baseline_knobs")
-    if point.get("kind") == "memory":  # a DRAM breakdown: `sim memory`'s plan, no run needed
-        summary = {"memory": _memory_summary(kwargs)}
-    else:
-        summary = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
-                           knobs=knobs, **kwargs).summary
+    def config(knobs: Any) -> RunConfig:  # a validation point is a run configuration
+        return RunConfig.of(source=f"published.yaml: {point['id']}", decode_tokens=decode_tokens,
+                            warmup_tokens=warmup_tokens, seed=seed, knobs=knobs, **kwargs)
+
+    # a DRAM breakdown (kind: memory) is `sim memory`'s plan, no run needed
+    summary = {"memory": _memory_summary(kwargs)} if point.get("kind") == "memory" else simulate(config(knobs)).summary
     if point["metric"] == SPEEDUP:  # a paper's "N x faster than <baseline>": latency ratio of two runs
-        baseline_knobs = {**(knobs or {}), **point["baseline_knobs"]}
-        baseline = simulate(decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed,
-                            knobs=baseline_knobs, **kwargs).summary
+        baseline = simulate(config({**(knobs or {}), **point["baseline_knobs"]})).summary
         summary = {SPEEDUP: baseline["latency_ms_mean"] / summary["latency_ms_mean"]}
     predicted = metric_value(summary, point["metric"])
     published = float(point["published"])
@@ -96,7 +97,7 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
 
 def _memory_summary(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The memory plan `sim memory` prints for a point's device, model, strategy and budget."""
-    from sim.engine.strategies.base import get_strategy
+    from sim.engine.strategies import get_strategy
     from sim.profiles.memory import plan_memory
     from sim.profiles.registry import load_device, load_model
 
@@ -204,7 +205,7 @@ def point_budget_bytes(point: dict[str, Any], *, context_tokens: int = 128) -> i
     strategy decides whether predictors and separate scales are resident), so published
     "50% of FFN offloaded" points can sit on a tokens/s-vs-budget axis.
     """
-    from sim.engine.strategies.base import get_strategy
+    from sim.engine.strategies import get_strategy
     from sim.profiles.memory import plan_memory
     from sim.profiles.registry import load_device, load_model
     from sim.units import parse_bytes

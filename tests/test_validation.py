@@ -12,7 +12,7 @@ import pytest
 
 from sim import validation
 from sim.cli import main
-from sim.engine.strategies.base import get_strategy
+from sim.engine.strategies import get_strategy
 from sim.profiles.memory import plan_memory
 from sim.profiles.registry import load_device, load_model
 

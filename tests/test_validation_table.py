@@ -1,6 +1,6 @@
 """The published points the simulator reproduces, held at their tolerance.
 
-Runs the whole table of ``sim/data/validation/published.yaml`` once (as ``sim validate
+Runs the whole table of ``validation/published.yaml`` once (as ``sim validate
 --decode-tokens 128`` does, about 25 s). Every point that runs is held to its tolerance
 unless the data carries a ``known_gap``: what is known about why the prediction is off,
 which ``sim validate`` prints under its table. A point with such a note that comes within

@@ -2,10 +2,11 @@
 
 ``make_policy("s3fifo", capacity_bytes, n_items, item_bytes)`` builds a policy by its CLI
 name; :class:`~sim.cache.base.CachePolicy` documents the step model (batched requests,
-pinned keys, bypass). :mod:`sim.cache.layout` maps (layer, expert, neuron) to cache keys
-and :class:`~sim.cache.neuron.NeuronCache` serves the engine one (token, layer, expert)
-step at a time; :mod:`sim.cache.replay` replays whole traces and
-:mod:`sim.cache.compare` turns replays into miss-ratio curves.
+pinned keys, bypass). :mod:`sim.cache.layout` maps (layer, expert, neuron) to cache keys;
+:mod:`sim.cache.replay` replays whole traces, :class:`~sim.cache.stepwise.StepwiseCache`
+one (token, layer, expert) step at a time (to check the replay), and
+:mod:`sim.cache.compare` turns replays into miss-ratio curves. The engine's cache (a pinned
+hot region plus one of these policies) is :class:`sim.engine.neuron_cache.NeuronCache`.
 """
 
 from sim.cache import arc, belady, clock, fifo, lfu, lru, pi2_segmented, s3fifo, sieve, static_hot, window

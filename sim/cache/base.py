@@ -134,6 +134,7 @@ class CachePolicy(ABC):
     summary: ClassVar[str] = ""
     needs_future: ClassVar[bool] = False  # needs next-use times (offline: Belady)
     needs_profile: ClassVar[bool] = False  # needs per-item request counts from a profile
+    neuron_keys_only: ClassVar[bool] = False  # groups keys itself, so a layout must key single neurons
     item_arrays: ClassVar[bool] = True  # allocate the generic per-item state / size / pin arrays
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):

@@ -93,6 +93,7 @@ class Pi2Segmented(CachePolicy):
     """PowerInfer-2's segmented cache: cluster-level LRU hot region, neuron-level LRU cold region."""
 
     needs_profile = True
+    neuron_keys_only = True  # hot clusters and cold neurons are its own granularity
     item_arrays = False  # the two LRU regions hold the state
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,

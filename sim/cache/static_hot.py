@@ -78,10 +78,6 @@ class StaticHot(CachePolicy):
             self._size[:] = np.where(self._hot != 0, self.item_bytes, 0)
             self._scal[USED] = int(self._size.sum())
 
-    @property
-    def hot_mask(self) -> np.ndarray:
-        return self._hot != 0
-
     def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):
         return static_hot_kernel(self._hot, self._res, self._size, self._pin, self._scal, items, sizes, offsets,
                                  hit)

@@ -14,16 +14,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from sim.bundled import bundled_dir
 from sim.calibrate.fit import FitResult, check_fit, fit, today
 from sim.calibrate.unknowns import Unknown, load_unknowns
 from sim.errors import SimError
 from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 
-DEFAULT_NAME = "default.yaml"
+DEFAULT_NAME = "calibration.yaml"
 NONE = "none"  # `--calibration none`: the microbenchmark-only prediction
 
 
@@ -130,7 +130,7 @@ def _code_version() -> str:
 
 
 def default_path() -> Path:
-    return Path(str(resources.files("sim.data").joinpath(f"calibration/{DEFAULT_NAME}")))
+    return bundled_dir("validation") / DEFAULT_NAME
 
 
 def load_calibration(ref: str | Path | None) -> Calibration | None:

@@ -4,21 +4,21 @@ An unknown is a named quantity with a physical meaning, a unit, a prior range wi
 evidence for it, and a scope saying which runs share its one value (a model family, a
 strategy implementation, a device, an OS, or a combination). A scope can never name a
 point, a budget or an offload: a constant per point would fit any table and predict
-nothing. The bundled registry is ``sim/data/calibration/unknowns.yaml``.
+nothing. The bundled registry is ``validation/unknowns.yaml``.
 """
 
 from __future__ import annotations
 
 import fnmatch
 import math
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sim.bundled import bundled_dir
 from sim.errors import SimError
-from sim.profiles.validation import validate
+from sim.profiles.schema import validate
 from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 
 # What a scope may name. Anything finer (a point id, a budget, an offload) is refused.
@@ -117,7 +117,7 @@ class _Registry(BaseModel):
 
 
 def registry_path() -> Path:
-    return Path(str(resources.files("sim.data").joinpath(f"calibration/{REGISTRY_NAME}")))
+    return bundled_dir("validation") / REGISTRY_NAME
 
 
 def load_unknowns(path: str | Path | None = None) -> list[Unknown]:

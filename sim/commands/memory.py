@@ -34,7 +34,7 @@ def memory(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show the DRAM breakdown for a model on a device at a budget or offload fraction."""
-    from sim.engine.strategies.base import get_strategy
+    from sim.engine.strategies import get_strategy
     from sim.outputs import json_text
     from sim.profiles.formats import check_dtype
 
@@ -47,11 +47,8 @@ def memory(
                        field="--context-tokens")
     dev = load_device(with_overrides("device", device, overrides))
     strat = get_strategy(strategy)
-    if strat.name == "dense":  # as sim run: every weight in DRAM
-        if memory_budget is not None or offload not in (None, 0, 0.0):
-            raise SimError("the dense strategy keeps every weight in DRAM; drop --memory-budget/--offload",
-                           field="--strategy")
-        offload = 0.0
+    # the strategy's own memory rules, as sim run applies them (dense: every weight in DRAM)
+    offload = strat.check_run({"memory_budget": memory_budget, "offload": offload, "policy": None})["offload"]
     plan = plan_memory(mod, dev, budget=memory_budget, offload=offload,
                        weights_dtype=check_dtype(weights_dtype), context_tokens=context_tokens,
                        predictor=strat.uses_predictor, split_scales=strat.split_scales)

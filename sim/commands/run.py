@@ -116,6 +116,7 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
+    from sim.engine.config import RunConfig
     from sim.engine.simulation import simulate
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
@@ -141,11 +142,11 @@ def run(
     knobs.update({key: value for key, value in settings.items() if key not in overrides})
     preset = own_preset(model, overrides, trace, preset)
     try:
-        result = simulate(device_ref, model_ref, strategy, trace=trace, preset=preset, memory_budget=memory_budget,
-                          offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
-                          decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
-                          policy=policy, seed=seed,
-                          mode=mode, knobs=knobs, timeline=timeline is not None or gantt is not None)
+        config = RunConfig.of(source="sim run", device=device_ref, model=model_ref, strategy=strategy, trace=trace,
+                              preset=preset, memory_budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
+                              prompt_tokens=prompt_tokens, decode_tokens=decode_tokens, warmup_tokens=warmup_tokens,
+                              profile_tokens=profile_tokens, policy=policy, seed=seed, mode=mode, knobs=knobs)
+        result = simulate(config, timeline=timeline is not None or gantt is not None)
     except SimError as exc:  # a knob error: `--set KNOB: ...`, as a profile field's, or the plan file's
         knob = exc.field.split(".")[0] if exc.field and exc.field != "(top level)" else None
         if exc.source == "--set" or (exc.source is None and knob in knobs):
@@ -159,7 +160,7 @@ def run(
 
         write_perfetto(result.spans, timeline)
     if gantt is not None:
-        from sim.engine.timeline import draw_gantt
+        from sim.plots import draw_gantt
 
         draw_gantt(result.spans, gantt)
     if tokens_csv is not None:

@@ -28,11 +28,12 @@ def strategies(
     json_out: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """List the execution strategies, or one strategy's knobs with their defaults."""
-    from sim.engine.strategies.base import REGISTRY, get_strategy
+    from sim.engine.strategies import REGISTRY, get_strategy
     from sim.errors import SimError
 
     try:
-        get_strategy(name or "powerinfer2")  # registers the bundled strategies
+        if name is not None:
+            get_strategy(name)
     except SimError as exc:
         raise SimError(exc.detail, field="NAME") from None
     if name is None:
@@ -60,7 +61,7 @@ def strategies(
 
 def knob_rows(name: str) -> list[dict[str, Any]]:
     """Each knob of strategy ``name``: its name, type, default and description."""
-    from sim.engine.strategies.base import get_strategy
+    from sim.engine.strategies import get_strategy
 
     fields = get_strategy(name).knobs_model.model_fields
     return [{"knob": knob, "type": type_name(f.annotation), "default": f.default, "description": f.description or ""}

@@ -94,7 +94,7 @@ def run(
 
 
 def _dry_run(spec: Path, out: Path) -> None:
-    from sim.explore.checks import check_points
+    from sim.explore.point_checks import check_points
     from sim.explore.store import ResultStore
     from sim.explore.sweep import spec_points
 
@@ -112,7 +112,7 @@ def _dry_run(spec: Path, out: Path) -> None:
 
 def _averaged_note(df: Any, shown: list[str | None]) -> None:
     """Say so when rows that differ in a run setting the plot does not show share its cells."""
-    from sim.explore.plots import averaged_settings
+    from sim.plots.sweep_lines import averaged_settings
 
     mixed = averaged_settings(df, shown)
     if mixed:
@@ -140,8 +140,8 @@ def plot(
                                     "(default: a PNG next to the results)."),
 ) -> None:
     """Plot a metric against one axis, one line per --hue value (mean, min-max band)."""
-    from sim.explore.plots import line_plot
     from sim.explore.store import read_results
+    from sim.plots.sweep_lines import line_plot
 
     df = read_results(results)  # first: a default --out goes next to it, and a missing file creates no folder
     target = out or results.with_name(f"{results.stem}_{_slug(y)}_vs_{_slug(x)}.png")
@@ -162,9 +162,9 @@ def heatmap_cmd(
                                     "(default: a PNG next to the results)."),
 ) -> None:
     """Heatmap of a metric over two axes (mean per cell)."""
-    from sim.explore.plots import check_metric
     from sim.explore.store import read_results
     from sim.plots import plot_sweep_heatmap, save_figure
+    from sim.plots.sweep_lines import check_metric
 
     df = read_results(results)
     target = out or results.with_name(f"{results.stem}_{_slug(value)}_{_slug(x)}_x_{_slug(y)}.png")

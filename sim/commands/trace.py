@@ -208,7 +208,7 @@ def _dims_for(model: str, params: Any) -> Any:
 
     made_for = params.made_for
     try:
-        from sim.profiles.model import load_model
+        from sim.profiles.registry import load_model
     except ImportError:
         if made_for is not None and made_for.model == model:
             return made_for

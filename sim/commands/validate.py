@@ -32,7 +32,7 @@ def validate_cmd(
                                     help="A calibration file (`sim calibrate --out`) to apply: adds each point's "
                                          "error uncalibrated, in-sample and cross-validated; none: no calibration."),
 ) -> None:
-    """Run the published points (sim/data/validation/published.yaml) and report the error."""
+    """Run the published points (validation/published.yaml) and report the error."""
     from sim.outputs import check_output, json_text
     from sim.validation import FAILED, NOT_MODELLED, check_decode_tokens, check_ids, validate
 
@@ -59,7 +59,7 @@ def validate_cmd(
         from sim.plots import write_validation_plots
 
         written = write_validation_plots(df, plot_dir, caption=f"sim validate --decode-tokens {decode_tokens}; "
-                                         "published figures from sim/data/validation/published.yaml")
+                                         "published figures from validation/published.yaml")
     ok = df["error_pct"].notna()
     mape = float(df.loc[ok, "error_pct"].abs().mean()) if ok.any() else math.nan
     if json_out:

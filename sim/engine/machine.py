@@ -15,9 +15,10 @@ from collections.abc import Generator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import simpy
 
-from sim.engine.units import accelerator, compute_label, io_label
+from sim.engine.unit_labels import accelerator, compute_label, io_label
 from sim.hw.dram import DramModel
 from sim.hw.flash import FlashModel
 from sim.hw.processors import accel_kernel_time_s, cpu_demand_gbps, cpu_kernel_time_s, cpu_parallel_time_s
@@ -132,6 +133,31 @@ class Machine:
         self.cpu_demand_gbps: dict[str, float] = {}  # running CPU thread -> bandwidth it would use
         self.active_issuers = 0
         self._phase_memo: dict[tuple, float] = {}  # barrier phases' durations (see cpu_parallel)
+
+    # -- booking: strategies that schedule a phase themselves (one compiled call) book its
+    # busy time and traffic here, never in ``usage`` directly, so the machine stays the one
+    # place that accounts for what its units did.
+    def book_busy(self, unit: str, seconds: float) -> None:
+        """Charge ``seconds`` of busy time to ``unit`` (a thread, ``storage``, ``npu``, ``gpu``)."""
+        self.usage.busy_s[unit] += seconds
+
+    def book_dram(self, nbytes: float) -> None:
+        """Count ``nbytes`` of DRAM traffic."""
+        self.usage.dram_bytes += nbytes
+
+    def book_flash(self, nbytes: int, requests: int) -> None:
+        """Count ``requests`` flash reads of ``nbytes`` in all."""
+        self.usage.flash_bytes += nbytes
+        self.usage.flash_requests += requests
+
+    def busy_table(self, units: list[str]) -> np.ndarray:
+        """Busy seconds so far of ``units``, for a compiled kernel to add to in place."""
+        return np.array([self.usage.busy_s[unit] for unit in units], dtype=float)
+
+    def store_busy(self, units: list[str], seconds: np.ndarray) -> None:
+        """Write back a :meth:`busy_table` the kernel added to."""
+        for unit, value in zip(units, seconds.tolist(), strict=True):
+            self.usage.busy_s[unit] = value
 
     def _threads(self, names: list[str]) -> list[Thread]:
         counts: dict[str, int] = defaultdict(int)

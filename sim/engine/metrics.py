@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from sim.engine.units import accelerator, unit_kind
+from sim.engine.unit_labels import accelerator, unit_kind
 from sim.profiles.device import DeviceProfile
 from sim.profiles.memory import MemoryPlan
 

@@ -9,10 +9,8 @@ decode token as simpy processes, and summarises.
 
 from __future__ import annotations
 
-import numbers
 import time
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,14 +19,15 @@ import numpy as np
 import pandas as pd
 import simpy
 
-from sim.checks import check_bool, check_int, shown
+from sim.checks import check_bool, shown
+from sim.engine.config import MAX_TRACE_TOKENS, MODES, RunConfig  # noqa: F401  (re-exported)
 from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine, Span, Usage
 from sim.engine.metrics import summarise
-from sim.engine.neuron_cache import check_timed_policy
-from sim.engine.strategies.base import UNIT_KNOBS, RunContext, TokenStats, get_strategy, parse_knobs
+from sim.engine.strategies import get_strategy
+from sim.engine.strategies.base import UNIT_KNOBS, RunContext, TokenStats, parse_knobs
 from sim.engine.trace_replay import replayable
-from sim.engine.units import accelerator
+from sim.engine.unit_labels import accelerator
 from sim.engine.workload import check_trace_matches, iter_token_layers, popularity
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
@@ -37,12 +36,7 @@ from sim.profiles.model import ModelProfile
 from sim.profiles.registry import load_device, load_model
 from sim.traces.format import Trace, TraceMeta
 
-MODES = ("des", "analytic")
 DEFAULT_PROFILE_TOKENS = 64
-# Warm-up and profile tokens are trace tokens replayed before the timed ones (decode tokens
-# are bounded by the model's context). A million is far past any useful warm-up and still
-# under an hour of generation; a typo beyond it would otherwise run for days.
-MAX_TRACE_TOKENS = 1_000_000
 
 
 @dataclass
@@ -121,8 +115,9 @@ def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -
 
 @dataclass
 class RunSetup:
-    """What a run's options resolve to before any trace is read (see :func:`check_options`)."""
+    """What a run's configuration resolves to before any trace is read (see :func:`check_options`)."""
 
+    config: RunConfig  # the options as checked (counts as Python ints, the strategy's own rules applied)
     device: DeviceProfile
     model: ModelProfile
     strategy: type
@@ -130,82 +125,57 @@ class RunSetup:
     plan: Any  # sim.profiles.memory.MemoryPlan
     compute_cores: list[str]
     io_cores: list[str]
-    offload: float | None  # as given, or 0 for the dense strategy
-    prompt_tokens: int  # the counts as Python ints (numpy integers are accepted)
-    decode_tokens: int
-    warmup_tokens: int
-    profile_tokens: int | None
-    seed: int
 
 
-def check_options(device: str | Path | DeviceProfile = "oneplus-12",
-                  model: str | Path | ModelProfile = "turbosparse-mixtral-47b",
-                  strategy: str = "powerinfer2", *, memory_budget: str | int | None = None,
-                  offload: float | None = None, weights_dtype: str | None = None, prompt_tokens: int = 64,
-                  decode_tokens: int = 128, warmup_tokens: int = 16, profile_tokens: int | None = None,
-                  policy: str | None = None, seed: int = 0, mode: str = "des",
-                  knobs: dict[str, Any] | None = None) -> RunSetup:
-    """Every check of a run's options that needs no trace, and what they resolve to.
+def as_config(config: RunConfig | str | Path | DeviceProfile | None = None, model: Any = None,
+              strategy: Any = None, /, **options: Any) -> RunConfig:
+    """A :class:`RunConfig`, given as one or spelt as ``simulate``'s keyword options.
+
+    ``simulate(device, model, strategy, offload=0.5)`` and ``simulate(RunConfig(...))`` (or
+    ``config=``) are one run: the first positional argument is a configuration or the device.
+    """
+    if "config" in options:
+        if config is not None:
+            raise SimError("give the configuration once", field="config")
+        config = options.pop("config")
+    if isinstance(config, RunConfig):
+        if model is not None or strategy is not None or options:
+            raise SimError("give a RunConfig or run options, not both", field="config")
+        return config
+    given = {k: v for k, v in (("device", config), ("model", model), ("strategy", strategy)) if v is not None}
+    for key in given:
+        if key in options:
+            raise SimError(f"{key} given twice (as an argument and as {key}=)", field=key)
+    return RunConfig.of(**given, **options)
+
+
+def check_options(config: RunConfig | str | Path | DeviceProfile | None = None, model: Any = None,
+                  strategy: Any = None, /, **options: Any) -> RunSetup:
+    """Every check of a run's configuration that needs no trace, and what it resolves to.
 
     :func:`simulate` starts here, and a sweep calls it on each point before running any
-    (``sim.explore.checks``), so one set of rules decides what a valid run is. A bad
-    option raises a one-line :class:`SimError` naming it; a budget the device cannot hold
-    is found here too (by the memory plan).
+    (``sim.explore.point_checks``), so one set of rules decides what a valid run is. The
+    rules that need no profile are :class:`RunConfig`'s validators; here follow those that
+    need the device or model. A bad option raises a one-line :class:`SimError` naming it; a
+    budget the device cannot hold is found here too (by the memory plan).
     """
-    from sim.profiles.formats import check_dtype
-
-    if mode not in MODES:
-        raise SimError(f"must be one of {', '.join(MODES)}; got {mode!r}", field="--mode")
-    prompt_tokens = check_int(prompt_tokens, "--prompt-tokens", 1, None)
-    decode_tokens = check_int(decode_tokens, "--decode-tokens", 1, None)
-    warmup_tokens = check_int(warmup_tokens, "--warmup-tokens", 0, MAX_TRACE_TOKENS)
-    profile_tokens = None if profile_tokens is None else check_int(profile_tokens, "--profile-tokens", 0,
-                                                                   MAX_TRACE_TOKENS)
-    seed = check_int(seed, "--seed")  # [0, 2**63 - 1]: stored as int64 (sweep rows, trace metadata)
-    check_dtype(weights_dtype)
-    if offload is not None and (isinstance(offload, bool) or not isinstance(offload, numbers.Real)):
-        raise SimError(f"must be a fraction in [0, 1], got {offload!r}", field="--offload")
-    if isinstance(memory_budget, bool):
-        raise SimError(f"expected a size such as 19GB, 12GiB or 50%, got {memory_budget!r}", field="--memory-budget")
-    if policy is not None:
-        check_timed_policy(policy, keeps_profile=True)  # the name; the strategy's side is checked below
-    dev = load_device(device)
-    mod = load_model(model)
-    if not isinstance(strategy, str):
-        raise SimError(f"expected a strategy name, got {type(strategy).__name__}", field="--strategy")
-    strat_cls = get_strategy(strategy)
-    if knobs is not None and not isinstance(knobs, Mapping):
-        raise SimError(f"expected a mapping of knob names to values, got {type(knobs).__name__}", field="knobs")
-    knob_values = parse_knobs(strat_cls, dict(knobs or {}))
-    knob_policy = getattr(knob_values, "policy", None)
-    if policy is not None and "policy" in knob_values.model_fields_set and policy != knob_policy:
-        raise SimError(f"{policy} contradicts knob policy={knob_policy}; give the cache policy once",
-                       field="--policy")
-    if policy is not None or knob_policy is not None:
-        check_timed_policy(policy or knob_policy, strat_cls.keeps_profile,
-                           field="--policy" if policy is not None else "knobs.policy")
+    cfg = as_config(config, model, strategy, **options)
+    dev = load_device(cfg.device)
+    mod = load_model(cfg.model)
+    strat_cls = get_strategy(cfg.strategy)
+    knob_values = parse_knobs(strat_cls, dict(cfg.knobs))
+    prompt_tokens, decode_tokens = cfg.prompt_tokens, cfg.decode_tokens
     context_tokens = prompt_tokens + decode_tokens
     if context_tokens > mod.max_context:
         raise SimError(f"prompt plus decode tokens must be at most {mod.name}'s max_context "
                        f"{mod.max_context}, got {prompt_tokens} + {decode_tokens} = {context_tokens}",
                        field="--prompt-tokens/--decode-tokens")
-    if strat_cls.name == "dense":
-        if memory_budget is not None or offload not in (None, 0, 0.0):
-            raise SimError("the dense strategy keeps every weight in DRAM; drop --memory-budget/--offload",
-                           field="--strategy")
-        if policy is not None:
-            raise SimError("the dense strategy keeps every weight in DRAM and has no cache; drop --policy",
-                           field="--policy")
-        offload = 0.0
     try:
-        plan = plan_memory(mod, dev, budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
+        plan = plan_memory(mod, dev, budget=cfg.memory_budget, offload=cfg.offload, weights_dtype=cfg.weights_dtype,
                            context_tokens=context_tokens, predictor=strat_cls.uses_predictor,
                            split_scales=strat_cls.split_scales)
     except SimError as exc:
-        if strat_cls.name != "dense" or exc.field != "--offload":
-            raise
-        # dense set no offload of its own: the model does not fit in DRAM at all
-        raise SimError(f"the dense strategy keeps every weight in DRAM: {exc.detail}", field="--strategy") from None
+        raise strat_cls.memory_error(exc) from None
     for knob in UNIT_KNOBS:  # an accelerator named by a knob must be on the phone
         unit = getattr(knob_values, knob, None)
         if unit in ("gpu", "npu") and accelerator(dev, unit) is None:
@@ -236,42 +206,33 @@ def check_options(device: str | Path | DeviceProfile = "oneplus-12",
                            f"{'once' if cluster.cores == 1 else f'{cluster.cores} times'} (a phone with more: "
                            f"--set device.cpu.clusters.{cluster.name}.cores={n})",
                            field="compute_cores")
-    return RunSetup(dev, mod, strat_cls, knob_values, plan, compute, io, offload, prompt_tokens, decode_tokens,
-                    warmup_tokens, profile_tokens, seed)
+    return RunSetup(cfg, dev, mod, strat_cls, knob_values, plan, compute, io)
 
 
-def simulate(device: str | Path | DeviceProfile = "oneplus-12",
-             model: str | Path | ModelProfile = "turbosparse-mixtral-47b",
-             strategy: str = "powerinfer2", *, trace: str | Path | Trace | None = None,
-             preset: str | None = None, memory_budget: str | int | None = None, offload: float | None = None,
-             weights_dtype: str | None = None, prompt_tokens: int = 64, decode_tokens: int = 128,
-             warmup_tokens: int = 16, profile_tokens: int | None = None, policy: str | None = None, seed: int = 0,
-             mode: str = "des",
-             knobs: dict[str, Any] | None = None, timeline: bool = False) -> SimResult:
-    """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens."""
+def simulate(config: RunConfig | str | Path | DeviceProfile | None = None, model: Any = None, strategy: Any = None,
+             /, *, timeline: bool = False, **options: Any) -> SimResult:
+    """Simulate prefill of ``prompt_tokens`` and decode of ``decode_tokens`` tokens.
+
+    Takes a :class:`RunConfig` (``simulate(RunConfig(...))`` or ``config=``) or its options
+    as keywords (``simulate("oneplus-12", offload=0.5)``: see :func:`as_config`);
+    ``timeline`` records spans, which are output, not configuration.
+    """
     wall0 = time.perf_counter()
     timeline = check_bool(timeline, "--timeline")
-    if timeline and mode == "analytic":
+    cfg = as_config(config, model, strategy, **options)
+    if timeline and cfg.mode == "analytic":
         raise SimError("the analytic cost model has no timeline; drop it or use mode 'des'", field="--timeline")
-    setup = check_options(device, model, strategy, memory_budget=memory_budget, offload=offload,
-                          weights_dtype=weights_dtype, prompt_tokens=prompt_tokens, decode_tokens=decode_tokens,
-                          warmup_tokens=warmup_tokens, profile_tokens=profile_tokens, policy=policy, seed=seed,
-                          mode=mode, knobs=knobs)
+    setup = check_options(cfg)
     dev, mod, strat_cls, knob_values, plan = setup.device, setup.model, setup.strategy, setup.knobs, setup.plan
-    offload = setup.offload
-    prompt_tokens, decode_tokens, warmup_tokens = setup.prompt_tokens, setup.decode_tokens, setup.warmup_tokens
-    profile_tokens, seed = setup.profile_tokens, setup.seed
+    trace, preset, mode, policy = cfg.trace, cfg.preset, cfg.mode, cfg.policy
+    prompt_tokens, decode_tokens, warmup_tokens = cfg.prompt_tokens, cfg.decode_tokens, cfg.warmup_tokens
+    profile_tokens, seed = cfg.profile_tokens, cfg.seed
     # Trace tokens: [0, profile) are the offline profiling run (PowerInfer ranks hot neurons on
     # a profiling dataset, not on the tokens it then serves), [profile, +warmup) warm the cache,
     # and the rest are decoded. profile_tokens=0 profiles on the decoded tokens themselves (an
     # oracle profile). By default a generated trace gets DEFAULT_PROFILE_TOKENS extra tokens;
     # a given trace is used as it is (profile 0) unless profile_tokens says otherwise.
-    run_warnings = []
-    if strat_cls.name == "dense" and (trace is not None or preset is not None or seed):
-        run_warnings.append("the dense strategy computes every weight whatever fires: --trace, --preset and "
-                            "--seed change nothing in its figures")
-    elif trace is not None and seed:  # the seed only draws a preset's synthetic trace
-        run_warnings.append(f"--seed {seed} changes nothing with --trace: the trace fixes the activations")
+    run_warnings = strat_cls.run_warnings(cfg)
     if profile_tokens is None:
         profile_tokens = DEFAULT_PROFILE_TOKENS if trace is None else 0
         if trace is not None and strat_cls.keeps_profile:
@@ -344,14 +305,13 @@ def simulate(device: str | Path | DeviceProfile = "oneplus-12",
                         warnings=run_warnings + sorted(machine.flash.extrapolated))
     summary.update(device=dev.name, model=mod.name, strategy=strat_cls.name, mode=mode, seed=seed,
                    trace_source=tr.meta.source, wall_s=time.perf_counter() - wall0)
-    config = {"device": dev.name, "model": mod.name, "strategy": strat_cls.name,
-              "memory_budget": memory_budget, "offload": offload, "weights_dtype": plan.weights_dtype,
-              "prompt_tokens": prompt_tokens, "decode_tokens": decode_tokens, "warmup_tokens": warmup_tokens,
-              "profile_tokens": profile_tokens,
-              "policy": policy, "seed": seed, "mode": mode, "knobs": knob_values.model_dump(),
-              "trace": str(trace) if isinstance(trace, str | Path) else None,
-              "preset": (preset or mod.name) if trace is None else None,
-              "cores": {"compute": setup.compute_cores, "io": setup.io_cores}}
+    resolved = cfg.model_copy(update={
+        "device": dev.name, "model": mod.name, "strategy": strat_cls.name, "weights_dtype": plan.weights_dtype,
+        "profile_tokens": profile_tokens, "knobs": knob_values.model_dump(),
+        "preset": (preset or mod.name) if trace is None else None})
+    config = {**resolved.dump(), "cores": {"compute": setup.compute_cores, "io": setup.io_cores}}
+    if trace is not None and not isinstance(trace, str | Path):
+        config["trace"] = None  # an in-memory trace has no name to record
     return SimResult(df, summary, machine.spans, config, machine.usage if mode == "des" else None)
 
 

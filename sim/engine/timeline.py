@@ -1,4 +1,4 @@
-"""Timelines of a run: Chrome/Perfetto trace-event JSON and a Gantt chart (drawn by sim.plots).
+"""Timelines of a run as Chrome/Perfetto trace-event JSON (the Gantt chart is sim.plots.draw_gantt).
 
 Spans come from :class:`~sim.engine.machine.Machine` when a run records them: one track
 per compute thread, I/O thread, NPU/GPU and the storage queue, so a user can see in
@@ -39,15 +39,3 @@ def _unit_order(unit: str) -> tuple[int, str]:
         if unit.startswith(prefix):
             return i, unit
     return 9, unit
-
-
-def draw_gantt(spans: list[Span], path: str | Path, *, tokens: int = 2) -> Path:
-    """A Gantt chart PNG of the first ``tokens`` decode tokens: one row per unit.
-
-    Drawn by :func:`sim.plots.plot_gantt`, the one Gantt implementation (the notebooks and
-    ``python -m sim.docs`` use it too); this keeps ``sim run --gantt`` a one-liner.
-    """
-    from sim.plots import plot_gantt, save_figure
-
-    ax = plot_gantt(spans, first_token=0, n_tokens=tokens)
-    return save_figure(ax.figure, path, dpi=110)

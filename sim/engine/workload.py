@@ -40,10 +40,6 @@ def check_trace_matches(meta: TraceMeta, model: ModelProfile, source: str) -> No
                            "trace for this model", source=source, field=f"meta.{name}")
 
 
-def key_base(meta: TraceMeta, layer: int, expert: np.ndarray | int) -> np.ndarray | int:
-    return (layer * meta.n_experts + expert) * meta.n_neurons
-
-
 def iter_token_layers(trace: Trace, start: int, stop: int) -> Iterator[tuple[int, TokenWork]]:
     """Yield (token, its :class:`TokenWork`) for tokens in [start, stop)."""
     meta = trace.meta

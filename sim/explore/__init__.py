@@ -2,12 +2,13 @@
 
 - :mod:`sim.explore.spec`: the sweep spec (YAML) and its expansion into points;
 - :mod:`sim.explore.resolve`: a point's settings resolved into a complete, hashable task;
-- :mod:`sim.explore.checks`: every point's options checked before a sweep runs any;
+- :mod:`sim.explore.point_checks`: every point's options checked before a sweep runs any;
 - :mod:`sim.explore.sweep`: :func:`run_sweep`, crash-safe and resumable, in-process, on
   local worker processes or on a Dask cluster (:mod:`sim.explore.executors`);
 - :mod:`sim.explore.store`: durable Parquet parts and compaction;
-- :mod:`sim.explore.plots`: line figures of results (heatmaps: :func:`sim.plots.plot_sweep_heatmap`);
 - :mod:`sim.explore.planner`: :func:`plan`, the PowerInfer-2 knob search.
+
+Figures of results are in :mod:`sim.plots` (:mod:`sim.plots.sweep_lines`, :func:`sim.plots.plot_sweep_heatmap`).
 """
 
 from __future__ import annotations

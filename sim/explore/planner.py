@@ -199,8 +199,8 @@ def plan(device: str | DeviceProfile = "oneplus-12", model: str = "turbosparse-m
          passes: int = 2, seed: int = 0, preset: str | None = None, workers: int = 1,
          executor: Executor | None = None) -> PlanResult:
     """Search the PowerInfer-2 knobs for ``model`` on ``device`` at ``memory_budget``."""
-    from sim.engine.strategies.base import get_strategy
-    from sim.explore.checks import check_task
+    from sim.engine.strategies import get_strategy
+    from sim.explore.point_checks import check_task
     from sim.profiles.registry import load_device, load_model
 
     if objective not in OBJECTIVES:

@@ -1,6 +1,6 @@
 """Resolving a sweep point's settings into a complete, hashable configuration (a task).
 
-A *setting* key (:func:`classify`) is a run option of :func:`sim.engine.simulation.simulate`,
+A *setting* key (:func:`classify`) is a run option (a field of :class:`sim.engine.config.RunConfig`),
 ``knobs.<name>``, or a ``device.``/``model.`` field path (``:scale`` multiplies instead of
 replacing). :func:`resolve_settings` applies them: profiles after overrides, every run
 option and knob with its default filled in, the trace's file hash and the project
@@ -13,7 +13,6 @@ from __future__ import annotations
 import copy
 import functools
 import hashlib
-import inspect
 import json
 from pathlib import Path
 from typing import Any
@@ -47,12 +46,11 @@ def classify(key: str, source: str = "spec", where: str | None = None) -> str:
 
 @functools.lru_cache(maxsize=1)
 def run_defaults() -> dict[str, Any]:
-    """:func:`simulate`'s run options and their defaults, read from its signature (never
+    """A run's options and their defaults: :class:`~sim.engine.config.RunConfig`'s fields (never
     copied), so an option the engine gains is a setting (and part of every id) at once."""
-    from sim.engine.simulation import simulate
+    from sim.engine.config import RunConfig
 
-    params = inspect.signature(simulate).parameters
-    return {name: p.default for name, p in params.items() if name not in NOT_SETTINGS}
+    return {name: value for name, value in RunConfig.defaults().items() if name not in NOT_SETTINGS}
 
 
 def run_options() -> tuple[str, ...]:
@@ -129,7 +127,8 @@ def profile_with_overrides(kind: str, ref: Any, overrides: list[tuple[str, Any]]
 
 def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None) -> dict[str, Any]:
     """The complete configuration of one point (raises SettingError when it is not runnable)."""
-    from sim.engine.strategies.base import get_strategy, parse_knobs
+    from sim.engine.strategies import get_strategy
+    from sim.engine.strategies.base import parse_knobs
 
     resolver = resolver or Resolver(Path.cwd(), "spec")
     run = dict(run_defaults())
@@ -184,6 +183,17 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
     task["device_hash"] = digest(profiles["device"])
     task["model_hash"] = digest(profiles["model"])
     return task
+
+
+def run_config(task: dict[str, Any], device: Any, model: Any, run: dict[str, Any] | None = None) -> Any:
+    """The :class:`~sim.engine.config.RunConfig` a resolved point runs: its profiles (validated
+    objects), strategy, knobs, run options (``run``: the task's own unless given) and trace."""
+    from sim.engine.config import RunConfig
+
+    trace_ref = task["trace"]
+    activations = {"trace": trace_ref["file"]} if "file" in trace_ref else {"preset": trace_ref["preset"]}
+    return RunConfig.of(source="sweep point", device=device, model=model, strategy=task["strategy"],
+                        knobs=task["knobs"], **{**(task["run"] if run is None else run), **activations})
 
 
 def preset_ref(name: str) -> dict[str, Any]:

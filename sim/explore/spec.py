@@ -65,7 +65,7 @@ from pydantic import Field
 from sim.errors import SimError
 from sim.explore.resolve import Resolver, classify, config_columns, digest, resolve_settings, version
 from sim.profiles.edits import PATH_ERROR
-from sim.profiles.validation import Strict, validate
+from sim.profiles.schema import Strict, validate
 from sim.units import parse_bytes
 
 MAX_POINTS = 1_000_000
@@ -165,7 +165,7 @@ def _point(resolver: Resolver, axes: dict[str, Any], settings: dict[str, Any],
         if exc.source == PATH_ERROR:  # a misspelt field path is a spec error whatever the point
             raise SimError(exc.detail, source=resolver.source, field=origins.get(exc.field or "", exc.field)) from None
         # No configuration to hash: the settings and the error stand for it. The sweep
-        # refuses to run such a point (sim.explore.checks names the spec field to fix).
+        # refuses to run such a point (sim.explore.point_checks names the spec field to fix).
         raw = {"version": version(), "unresolved": {k: settings[k] for k in sorted(settings)}, "error": str(exc)}
         return Point(digest(raw), axes, {}, error=str(exc), origins=origins, failure=exc)
     return Point(task["id"], axes, task, columns=config_columns(task), origins=origins)

@@ -35,6 +35,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sim.engine.config import run_options
 from sim.errors import SimError
 
 try:  # POSIX only; elsewhere the store works without the single-writer guard
@@ -306,8 +307,11 @@ def order_rows(stored: pd.DataFrame, axes: pd.DataFrame | None, *, prune: bool =
 
 # Column groups in the order a results table shows them; within "metrics" the headline
 # figures come first. The order never depends on which point finished first.
-CONFIG_COLUMNS = ("device", "model", "strategy", "memory_budget", "offload", "weights_dtype", "prompt_tokens",
-                  "decode_tokens", "warmup_tokens", "profile_tokens", "policy", "seed", "mode", "trace")
+# The configuration columns are RunConfig's fields (the profiles and strategy first, the trace
+# or preset last as one "trace" column, knobs as knobs.<name> columns of their own).
+CONFIG_COLUMNS = ("device", "model", "strategy",
+                  *(k for k in run_options() if k not in ("device", "model", "strategy", "trace", "preset", "knobs")),
+                  "trace")
 _METRICS = ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
             "latency_ms_p99", "energy_j_per_token", "cache_hit_ratio", "cache_miss_ratio_mean",
             "cache_miss_ratio_p99", "flash_bytes_per_token")

@@ -1,7 +1,7 @@
 """Run a sweep: expand the spec, skip finished points, run the rest anywhere, store every row.
 
 ``run_sweep(spec, "results.parquet", workers=4)`` is what ``sim sweep`` calls. Every
-point's options are checked before any runs (:mod:`sim.explore.checks`), so bad input is
+point's options are checked before any runs (:mod:`sim.explore.point_checks`), so bad input is
 one error naming the spec field, not a results file of failed rows. Points are
 identified by the hash of their resolved configuration (:mod:`sim.explore.spec`); the
 store (:mod:`sim.explore.store`) makes each finished row durable within about a second,
@@ -34,8 +34,8 @@ import pandas as pd
 
 from sim.checks import check_bool
 from sim.errors import SimError
-from sim.explore.checks import check_points
 from sim.explore.executors import Executor, check_executor_args, make_executor
+from sim.explore.point_checks import check_points
 from sim.explore.spec import Point, SweepSpec, expand, load_spec, spec_from_mapping
 from sim.explore.store import FLUSH_INTERVAL_S, ResultStore
 from sim.explore.worker import TIMING_COLUMNS
@@ -119,7 +119,7 @@ def run_sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1
               commit_every_s: float = FLUSH_INTERVAL_S) -> SweepReport:
     """Run every point of ``spec`` that ``out`` does not hold yet; returns the compacted results.
 
-    Every point's options are checked first (:mod:`sim.explore.checks`): bad input raises
+    Every point's options are checked first (:mod:`sim.explore.point_checks`): bad input raises
     a SimError naming the spec field before anything runs or is written. Finished rows
     become durable at most ``commit_every_s`` seconds apart (0: every row its own part
     file); a crash loses at most the rows finished since the last commit. SIGINT and (in

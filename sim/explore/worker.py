@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from sim import kernel_cache
-from sim.engine.units import unit_kind
+from sim.engine.unit_labels import unit_kind
 from sim.errors import SimError, interrupt_behind
 
 PARENT_POLL_S = 1.0  # how often a pool worker checks that the sweep's process is still there
@@ -71,17 +71,14 @@ def run_point(task: dict[str, Any]) -> dict[str, Any]:
 
 def _simulate(task: dict[str, Any]) -> Any:
     from sim.engine import simulation as engine
+    from sim.explore.resolve import run_config
     from sim.profiles.device import DeviceProfile
     from sim.profiles.model import ModelProfile
 
     device = DeviceProfile.model_validate(task["device"])
     model = ModelProfile.model_validate(task["model"])
-    run = dict(task["run"])
-    trace_ref = task["trace"]
-    if "file" in trace_ref:
-        return engine.simulate(device, model, task["strategy"], trace=trace_ref["file"], knobs=task["knobs"], **run)
     # simulate keeps generated traces between runs, so a worker's points share one trace.
-    return engine.simulate(device, model, task["strategy"], preset=trace_ref["preset"], knobs=task["knobs"], **run)
+    return engine.simulate(run_config(task, device, model))
 
 
 def error_text(exc: BaseException) -> str:

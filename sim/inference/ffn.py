@@ -34,7 +34,7 @@ import numpy as np
 
 from sim.errors import SimError
 
-from .weights import ACTIVATIONS, RELU_FAMILY, ModelConfig
+from .weights import ACTIVATIONS, ModelConfig
 
 _ACT_CODE = {name: i for i, name in enumerate(ACTIVATIONS)}  # relu, drelu, silu, gelu, gelu_tanh
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
@@ -186,10 +186,6 @@ class FFN:
     @property
     def hidden(self) -> int:
         return self.bundle.shape[2]
-
-    @property
-    def relu_family(self) -> bool:
-        return self.activation in RELU_FAMILY
 
     # -- dense --------------------------------------------------------------------------
     def intermediate(self, x: np.ndarray) -> np.ndarray:

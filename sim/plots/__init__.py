@@ -6,7 +6,9 @@ from the CLI or a test never depends on a display or changes global backend stat
 One module per job: :mod:`~sim.plots.style` (colours, labels, captions, saving),
 :mod:`~sim.plots.cache` (cache-policy comparison), :mod:`~sim.plots.runs` (tokens/s vs
 budget, latency breakdown, Gantt), :mod:`~sim.plots.sweeps` (sweep heatmap) and
-:mod:`~sim.plots.validation` (published vs predicted). Import figures from ``sim.plots``.
+:mod:`~sim.plots.validation` (published vs predicted). Import figures from ``sim.plots``;
+:mod:`~sim.plots.sweep_lines` (a sweep metric against one axis, for ``sim sweep plot``) is
+imported from its module.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from sim.plots.runs import (
     BREAKDOWN_LABELS,
     BREAKDOWN_PARTS,
     SPAN_COLORS,
+    draw_gantt,
     latency_breakdown,
     plot_gantt,
     plot_latency_breakdown,
@@ -35,6 +38,7 @@ __all__ = [
     "SPAN_COLORS",
     "STRATEGY_COLORS",
     "add_caption",
+    "draw_gantt",
     "latency_breakdown",
     "metric_label",
     "plot_cache_comparison",

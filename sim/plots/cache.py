@@ -9,23 +9,23 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from sim.cache import POLICIES, POLICY_NAMES
 from sim.plots.style import _bytes_formatter, add_caption
 
-_CACHE_ORDER = ("lru", "fifo", "lfu", "clock", "s3fifo", "sieve", "arc", "static-hot", "window",
-                "pi2-segmented", "belady")
+_CACHE_ORDER = POLICY_NAMES  # one order for help texts, comparisons and plots: sim.cache's
 _CACHE_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                  "#bcbd22", "#17becf", "#000000")
 
 
 def _cache_style(policy: str) -> dict:
-    """Same colour for a policy in every figure; Belady (the offline bound) dashed black."""
+    """Same colour for a policy in every figure; an offline bound (Belady: it needs the future) dashed black."""
     if policy in _CACHE_ORDER:
         color = _CACHE_COLORS[_CACHE_ORDER.index(policy)]
     else:
         color = _CACHE_COLORS[sum(map(ord, policy)) % (len(_CACHE_COLORS) - 1)]
     style = {"color": color, "marker": "o", "markersize": 3.5, "linewidth": 1.6, "label": policy}
-    if policy == "belady":
-        style.update(linestyle="--", marker=None, linewidth=1.8, label="belady (offline bound)")
+    if policy in POLICIES and POLICIES[policy].needs_future:
+        style.update(linestyle="--", marker=None, linewidth=1.8, label=f"{policy} (offline bound)")
     return style
 
 

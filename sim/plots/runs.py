@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 from matplotlib.axes import Axes
 
-from sim.plots.style import _bytes_formatter, _new_axes, _require, add_caption, metric_label, strategy_color
+from sim.plots.style import (
+    _bytes_formatter,
+    _new_axes,
+    _require,
+    add_caption,
+    metric_label,
+    save_figure,
+    strategy_color,
+)
 
 # == tokens/s vs memory budget ===============================================================
 
@@ -209,3 +219,13 @@ def plot_gantt(spans: object, *, first_token: int = 0, n_tokens: int = 1, ax: Ax
     ax.grid(True, axis="x", alpha=0.3)
     add_caption(ax, caption)
     return ax
+
+
+def draw_gantt(spans: object, path: str | Path, *, tokens: int = 2) -> Path:
+    """A Gantt chart PNG of the first ``tokens`` decode tokens (``sim run --gantt``).
+
+    :func:`plot_gantt` is the one Gantt implementation (the notebooks and ``python -m
+    sim.docs`` use it too); this keeps the CLI a one-liner.
+    """
+    ax = plot_gantt(spans, first_token=0, n_tokens=tokens)
+    return save_figure(ax.figure, path, dpi=110)

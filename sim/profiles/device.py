@@ -9,12 +9,12 @@ simulator can warn when asked to extrapolate.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from sim.profiles.validation import MIN_RATE, ByteSize, Strict, documentary
+from sim.bundled import bundled_dir
+from sim.profiles.schema import MIN_RATE, ByteSize, Strict, documentary
 
 Positive = Field(gt=0)
 Fraction = Field(ge=0, le=1)
@@ -93,10 +93,6 @@ class CpuProfile(Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"cluster names must be unique, got {names}")
         return clusters
-
-    @property
-    def total_cores(self) -> int:
-        return sum(c.cores for c in self.clusters)
 
     def cluster(self, name: str) -> CpuCluster:
         for c in self.clusters:
@@ -227,11 +223,4 @@ class DeviceProfile(Strict):
         return self
 
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "device_profiles"
-
-
-def load_device(ref: str | Path | DeviceProfile) -> DeviceProfile:
-    """Load a bundled device by name or a user's YAML by path (see sim.profiles.registry)."""
-    from sim.profiles.registry import load_device as _load_device
-
-    return _load_device(ref)
+BUNDLED_DIR = bundled_dir("device_profiles")

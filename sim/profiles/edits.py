@@ -4,7 +4,7 @@
 entry) or by an entry's ``name`` (``cpu.clusters.big.cores``); the field(s) reached are set
 or, with a ``:scale`` suffix on the key, multiplied. The edited profile is validated as a
 file would be; an edit of a field the simulation never reads (see
-:func:`sim.profiles.validation.documentary_path`), or two edits of one field, are refused;
+:func:`sim.profiles.schema.documentary_path`), or two edits of one field, are refused;
 an error names the edit to blame (:class:`SettingError`). Errors in a path name the place
 it went wrong.
 """
@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from sim.checks import shown
 from sim.errors import SimError
-from sim.profiles.validation import documentary_path, validate
+from sim.profiles.schema import documentary_path, validate
 
 if TYPE_CHECKING:
     from sim.profiles.device import DeviceProfile

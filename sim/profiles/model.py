@@ -7,13 +7,13 @@ checks them against the published totals so a typo in a dimension cannot go unno
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from sim.bundled import bundled_dir
 from sim.profiles.formats import NeuronBundle, WeightsDtype, get_format
-from sim.profiles.validation import Strict, documentary
+from sim.profiles.schema import Strict, documentary
 
 Activation = Literal["relu", "relu2", "drelu", "fatrelu", "silu", "gelu"]
 
@@ -158,22 +158,9 @@ class ModelProfile(Strict):
     def predictor_bytes(self) -> int:
         return self.predictor_params * self.predictor.bytes_per_weight
 
-    @property
-    def predictor_flops_per_token(self) -> int:
-        """Per token: every layer's predictor runs for each expert the router picked."""
-        per = 2 * self.predictor.rank * (self.hidden + self.ffn_dim)
-        return per * self.n_layers * (self.top_k if self.predictor.per_expert else 1)
-
     def bundle(self, dtype: str | None = None, alignment_bytes: int = 4096) -> NeuronBundle:
         fmt = get_format(dtype or self.default_dtype, hidden=self.hidden)
         return NeuronBundle(self.ffn_matrices, self.hidden, fmt, alignment_bytes)
 
 
-BUNDLED_DIR = Path(__file__).resolve().parents[1] / "data" / "model_profiles"
-
-
-def load_model(ref: str | Path | ModelProfile) -> ModelProfile:
-    """Load a bundled model by name or a user's YAML by path (see sim.profiles.registry)."""
-    from sim.profiles.registry import load_model as _load_model
-
-    return _load_model(ref)
+BUNDLED_DIR = bundled_dir("model_profiles")

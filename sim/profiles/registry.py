@@ -17,7 +17,7 @@ from sim.profiles.device import BUNDLED_DIR as DEVICE_DIR
 from sim.profiles.device import DeviceProfile
 from sim.profiles.model import BUNDLED_DIR as MODEL_DIR
 from sim.profiles.model import ModelProfile
-from sim.profiles.validation import validate
+from sim.profiles.schema import validate
 from sim.profiles.yamlio import load_yaml_file
 
 P = TypeVar("P", bound=BaseModel)

@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 import yaml
 
+from sim.bundled import bundled_dir
 from sim.checks import check_int
 from sim.checks import shown as _shown
 from sim.errors import SimError
@@ -387,7 +388,7 @@ def load_params(path: str | Path) -> SynthParams:
     return params_from_mapping(load_yaml_file(path), str(path))
 
 
-PRESET_DIR = Path(__file__).resolve().parents[1] / "data" / "trace_presets"
+PRESET_DIR = bundled_dir("trace_presets")
 
 
 def preset_names() -> list[str]:
@@ -395,7 +396,7 @@ def preset_names() -> list[str]:
 
 
 def load_preset(name: str) -> SynthParams:
-    """A bundled preset by name (``sim/data/trace_presets/<name>.yaml``)."""
+    """A bundled preset by name (``trace_presets/<name>.yaml``)."""
     names = preset_names()
     if name not in names:
         raise SimError(f"unknown preset {name!r}; bundled presets: {', '.join(names)}", field="--preset")

@@ -224,11 +224,11 @@ def test_messages_name_the_allowed_range():
 def test_neuron_cache_arguments():
     """The per-(layer, expert) front end checks its arguments like the policies do."""
     from sim.cache.layout import CacheLayout
-    from sim.cache.neuron import NeuronCache
+    from sim.cache.stepwise import StepwiseCache
 
     layout = CacheLayout(n_layers=2, n_experts=2, n_neurons=8, neuron_bytes=4)
-    raises_on("capacity_bytes", NeuronCache, layout, "lru", -1)
-    cache = NeuronCache(layout, "lru", np.int64(40))
+    raises_on("capacity_bytes", StepwiseCache, layout, "lru", -1)
+    cache = StepwiseCache(layout, "lru", np.int64(40))
     raises_on("layer", cache.step, 2, 0, [1, 2])
     raises_on("expert", cache.step, 0, -1, [1, 2])
     raises_on("neurons", cache.step, 0, 0, [1.5, 2.0])

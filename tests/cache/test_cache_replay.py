@@ -1,4 +1,4 @@
-"""Key layout, trace -> request streams, whole-trace replay and the engine's NeuronCache."""
+"""Key layout, trace -> request streams, whole-trace replay and the per-step StepwiseCache."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from cache_helpers import toy_trace
 
 from sim.cache import make_policy
 from sim.cache.layout import CacheLayout, RequestBlock
-from sim.cache.neuron import NeuronCache
 from sim.cache.replay import replay, replay_trace, trace_stream
 from sim.cache.requests import read_requests_csv, requests_from_arrays
+from sim.cache.stepwise import StepwiseCache
 from sim.errors import SimError
 
 
@@ -108,7 +108,7 @@ def test_cluster_granularity_charges_whole_clusters(trace):
 def test_neuron_cache_steps_equal_the_replay(trace):
     for policy, split in (("lru", "shared"), ("sieve", "per-layer"), ("belady", "per-layer"),
                           ("pi2-segmented", "shared")):
-        cache = NeuronCache.for_trace(trace, policy, 600, split=split)
+        cache = StepwiseCache.for_trace(trace, policy, 600, split=split)
         hits = misses = loaded = 0
         for chunk in trace.chunks():
             for t in range(chunk.start, chunk.start + chunk.n_tokens):
@@ -123,7 +123,7 @@ def test_neuron_cache_steps_equal_the_replay(trace):
 
 
 def test_neuron_cache_cluster_granularity_reports_per_neuron_hits(trace):
-    cache = NeuronCache.for_trace(trace, "lru", 10**6, granularity="cluster", cluster_neurons=8)
+    cache = StepwiseCache.for_trace(trace, "lru", 10**6, granularity="cluster", cluster_neurons=8)
     first = cache.step(0, 1, np.array([0, 1, 9]))
     assert first.hit.tolist() == [False, False, False] and first.loaded_bytes == 16
     again = cache.step(0, 1, np.array([2, 10, 20]))
@@ -131,13 +131,13 @@ def test_neuron_cache_cluster_granularity_reports_per_neuron_hits(trace):
 
 
 def test_neuron_cache_rejects_bad_steps(trace):
-    cache = NeuronCache.for_trace(trace, "lru", 100)
+    cache = StepwiseCache.for_trace(trace, "lru", 100)
     with pytest.raises(SimError, match="layer"):
         cache.step(99, 0, [1])
     with pytest.raises(SimError, match="neuron ids"):
         cache.step(0, 0, [10**6])
     with pytest.raises(SimError, match="granularity"):
-        NeuronCache.for_trace(trace, "pi2-segmented", 100, granularity="cluster")
+        StepwiseCache.for_trace(trace, "pi2-segmented", 100, granularity="cluster")
 
 
 def test_requests_csv_round_trip(tmp_path):
@@ -179,5 +179,5 @@ def test_misspelt_options_are_errors(trace):
     with pytest.raises(SimError, match="window_token"):
         replay_trace(trace, "window", 100, window_token=3)
     with pytest.raises(SimError, match="does not take"):
-        NeuronCache.for_trace(trace, "lru", 100, hot_fraction=0.3)
+        StepwiseCache.for_trace(trace, "lru", 100, hot_fraction=0.3)
     assert replay_trace(trace, "window", 100, window_tokens=3).requests > 0

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sim.cli import main
-from sim.engine.strategies.base import REGISTRY, get_strategy
+from sim.engine.strategies import REGISTRY, get_strategy
 
 
 def test_every_knob_of_every_strategy_says_what_it_means():

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from sim.cli import main
 from sim.engine.simulation import simulate
-from sim.engine.units import compute_label, io_label, unit_kind
+from sim.engine.unit_labels import compute_label, io_label, unit_kind
 from sim.errors import SimError
 from sim.explore.worker import flatten_summary
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.explore.checks import check_points
+from sim.explore.point_checks import check_points
 from sim.explore.sweep import spec_points
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sim.profiles.model import load_model
+from sim.profiles.registry import load_model
 from sim.traces.params import PROVENANCE_KEYS, SynthDims, load_preset, preset_names
 from sim.traces.stats import trace_stats
 from sim.traces.synth import synth_trace

@@ -114,6 +114,28 @@ class Strategy(ABC):
         self.ctx = ctx
         self.knobs = knobs
 
+    # -- the strategy's own rules on a run (sim.engine.config.RunConfig), so that no module
+    # outside a strategy's file tests its name.
+    @classmethod
+    def check_run(cls, run: dict[str, Any]) -> dict[str, Any]:
+        """Check a run's options (no profile needed) against this strategy; return them, normalised.
+
+        Called by :class:`~sim.engine.config.RunConfig`'s validator with every option; raises
+        a one-line SimError naming the option the strategy cannot take."""
+        return run
+
+    @classmethod
+    def memory_error(cls, exc: SimError) -> SimError:
+        """The error to report when the memory plan refuses the run (the plan's own by default)."""
+        return exc
+
+    @classmethod
+    def run_warnings(cls, config: Any) -> list[str]:
+        """Warnings for options that change nothing in this strategy's figures."""
+        if config.trace is not None and config.seed:  # the seed only draws a preset's synthetic trace
+            return [f"--seed {config.seed} changes nothing with --trace: the trace fixes the activations"]
+        return []
+
     @classmethod
     def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
         """(compute cores, I/O cores) when the user gives none: see each strategy."""
@@ -157,17 +179,8 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
-def get_strategy(name: str) -> type[Strategy]:
-    import sim.engine.strategies  # noqa: F401  (registers the bundled strategies)
-
-    if name not in REGISTRY:
-        raise SimError(f"unknown strategy {name!r}; choose one of {', '.join(sorted(REGISTRY))}",
-                       field="--strategy")
-    return REGISTRY[name]
-
-
 def parse_knobs(cls: type[Strategy], values: dict[str, Any], source: str = "--set") -> Knobs:
-    from sim.profiles.validation import validate
+    from sim.profiles.schema import validate
 
     known = cls.knobs_model.model_fields
     for key in values:

@@ -7,12 +7,15 @@ NPU (``prefill_unit``), one call per layer over the whole prompt.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import Field
 
 from sim.engine.costs import Work
 from sim.engine.strategies.base import Event, Knobs, Strategy, TokenStats, Unit, register
 from sim.engine.strategies.serial import cpu, on_unit, run_steps
 from sim.engine.workload import LayerWork
+from sim.errors import SimError
 
 
 class DenseKnobs(Knobs):
@@ -30,6 +33,31 @@ class Dense(Strategy):
     knobs_model = DenseKnobs
     uses_predictor = False
     split_scales = False
+
+    @classmethod
+    def check_run(cls, run: dict[str, Any]) -> dict[str, Any]:
+        """Every weight stays in DRAM: no budget, offload or cache policy to give (offload is 0)."""
+        if run["memory_budget"] is not None or run["offload"] not in (None, 0, 0.0):
+            raise SimError("the dense strategy keeps every weight in DRAM; drop --memory-budget/--offload",
+                           field="--strategy")
+        if run["policy"] is not None:
+            raise SimError("the dense strategy keeps every weight in DRAM and has no cache; drop --policy",
+                           field="--policy")
+        return {**run, "offload": 0.0}
+
+    @classmethod
+    def memory_error(cls, exc: SimError) -> SimError:
+        if exc.field != "--offload":
+            return exc
+        # dense set no offload of its own: the model does not fit in DRAM at all
+        return SimError(f"the dense strategy keeps every weight in DRAM: {exc.detail}", field="--strategy")
+
+    @classmethod
+    def run_warnings(cls, config: Any) -> list[str]:
+        if config.trace is not None or config.preset is not None or config.seed:
+            return ["the dense strategy computes every weight whatever fires: --trace, --preset and --seed change "
+                    "nothing in its figures"]
+        return []
 
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
         m, costs, dtype, env = self.ctx.machine, self.ctx.costs, self.ctx.dtype, self.ctx.machine.env

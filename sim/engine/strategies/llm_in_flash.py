@@ -60,7 +60,7 @@ from sim.engine.strategies.base import (
     register,
 )
 from sim.engine.strategies.serial import Step, compute, cpu, on_unit, read, run_steps, spread_threads, steps_time_s
-from sim.engine.units import accelerator
+from sim.engine.unit_labels import accelerator
 from sim.engine.workload import LayerWork
 from sim.profiles.device import DeviceProfile
 

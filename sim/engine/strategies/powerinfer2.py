@@ -32,7 +32,7 @@ from sim.engine.costs import Work
 from sim.engine.neuron_cache import NeuronCache
 from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, Unit, register
-from sim.engine.units import accelerator
+from sim.engine.unit_labels import accelerator
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
 
@@ -231,35 +231,33 @@ class PowerInfer2(Strategy):
         gate_reads, ud_reads, job_bytes, job_ops, has_ud = self._cluster_jobs(plan.arrays)
         n_gate, n_ud = int(gate_reads.sum()), int(ud_reads.sum())
         rate, mem, alone, with_npu = self._thread_table()
-        usage, busy_s = m.usage, m.usage.busy_s
         names = [th.name for th in m.threads_by_speed]
-        thread_busy = np.array([busy_s[name] for name in names], dtype=float)
+        thread_busy = m.busy_table(names)
         layer_out = np.empty((len(npu), 5))
         end, head_d = schedule_token(
             m.env.now, attention_s, predictor_s, head_s, np.array([d for d, _ in npu], dtype=float), plan.bounds,
             gate_reads, ud_reads, job_bytes, job_ops, has_ud, rate, mem, alone, with_npu, m.flash.latency_s,
             float(self.gate_block), self._read_gbps(self.gate_block) if n_gate else 1.0, float(self.ud_block),
             self._read_gbps(self.ud_block) if n_ud else 1.0, thread_busy, layer_out)
-        for name, seconds in zip(names, thread_busy.tolist(), strict=True):
-            busy_s[name] = seconds
+        m.store_busy(names, thread_busy)
         reads = np.concatenate(([0], np.cumsum(gate_reads + ud_reads)))[plan.bounds]
         io_name = m.io_threads[0].name if m.io_threads else ""
         for (attn_d, pred_d, ffn_d, io_busy, ffn_bytes), (npu_d, npu_bytes), layer_reads in zip(
                 layer_out.tolist(), npu, np.diff(reads).tolist(), strict=True):
-            usage.dram_bytes += attention[0]
-            usage.dram_bytes += predictor[0]
+            m.book_dram(attention[0])
+            m.book_dram(predictor[0])
             if npu_d:
-                busy_s[self.hot_unit] += npu_d
-                usage.dram_bytes += npu_bytes
-            usage.dram_bytes += ffn_bytes
+                m.book_busy(self.hot_unit, npu_d)
+                m.book_dram(npu_bytes)
+            m.book_dram(ffn_bytes)
             if layer_reads:
-                busy_s["storage"] += io_busy
-                busy_s[io_name] += io_busy
+                m.book_busy("storage", io_busy)
+                m.book_busy(io_name, io_busy)
             stats.add_phase("attention_s", attn_d)
             stats.add_phase("predictor_s", pred_d)
             stats.add_phase("ffn_s", ffn_d)
         self._book_reads(n_gate, n_ud, stats)
-        usage.dram_bytes += head[0]
+        m.book_dram(head[0])
         stats.add_phase("lm_head_s", head_d)
         return end
 
@@ -301,8 +299,8 @@ class PowerInfer2(Strategy):
         if n_npu:  # started first, while no CPU job runs (as the per-cluster processes do)
             d, npu_bytes = self._npu_job(n_npu)
             npu_end = now + d
-            m.usage.busy_s[self.hot_unit] += d
-            m.usage.dram_bytes += npu_bytes
+            m.book_busy(self.hot_unit, d)
+            m.book_dram(npu_bytes)
         gate_reads, ud_reads, job_bytes, job_ops, has_ud = jobs
         rate, mem, alone, with_npu = self._thread_table()
         busy = np.zeros(rate.shape[0])
@@ -315,20 +313,19 @@ class PowerInfer2(Strategy):
                                  float(self.ud_block), ud_gbps, busy, io_busy)
         for th, seconds in zip(m.threads_by_speed, busy.tolist(), strict=True):
             if seconds:
-                m.usage.busy_s[th.name] += seconds
-        m.usage.dram_bytes += float(job_bytes[:, 0].sum() + job_bytes[has_ud, 1].sum())
+                m.book_busy(th.name, seconds)
+        m.book_dram(float(job_bytes[:, 0].sum() + job_bytes[has_ud, 1].sum()))
         if n_gate or n_ud:
             self._book_reads(n_gate, n_ud, stats)
-            m.usage.busy_s["storage"] += float(io_busy[0])
-            m.usage.busy_s[m.io_threads[0].name] += float(io_busy[0])
+            m.book_busy("storage", float(io_busy[0]))
+            m.book_busy(m.io_threads[0].name, float(io_busy[0]))
         return end
 
     def _book_reads(self, n_gate: int, n_ud: int, stats: TokenStats) -> None:
         """Book Gate and Up/Down read requests as flash traffic (the token's and the run's)."""
         flash = n_gate * self.gate_block + n_ud * self.ud_block
         stats.flash_bytes += flash
-        self.ctx.machine.usage.flash_bytes += flash
-        self.ctx.machine.usage.flash_requests += n_gate + n_ud
+        self.ctx.machine.book_flash(flash, n_gate + n_ud)
 
     def _thread_table(self) -> tuple[np.ndarray, np.ndarray, float, float]:
         """Per compute thread (fastest first) its rate and reach; the CPU's DRAM figure

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sim.engine.costs import ModelCosts, Work
 from sim.engine.machine import Machine
 from sim.engine.strategies.base import Event, TokenStats
-from sim.engine.units import accelerator
+from sim.engine.unit_labels import accelerator
 from sim.profiles.device import DeviceProfile
 
 

@@ -83,13 +83,14 @@ def check_task(task: dict[str, Any], *, capacity: bool = False) -> None:
     fit). Everything else goes through ``check_options`` as a run would.
     """
     from sim.engine.simulation import check_options
+    from sim.explore.resolve import run_config
     from sim.profiles.device import DeviceProfile
     from sim.profiles.model import ModelProfile
 
     device = DeviceProfile.model_validate(task["device"] if capacity else _roomy(task["device"]))
     model = ModelProfile.model_validate(task["model"])
     run = task["run"] if capacity else _relaxed_run(task["run"])
-    check_options(device, model, task["strategy"], knobs=task["knobs"], **run)
+    check_options(run_config(task, device, model, run))
     _check_trace(task, model)
 
 

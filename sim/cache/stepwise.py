@@ -1,6 +1,9 @@
-"""The engine's view of the neuron cache: one call per (token, layer, expert) step.
+"""A cache over a model's key layout, served one (token, layer, expert) step at a time.
 
-:class:`NeuronCache` maps a step's active neuron ids to items of its
+Not the engine's cache (that is :class:`sim.engine.neuron_cache.NeuronCache`, which batches
+a token's cold keys through one policy): this per-step view checks the whole-trace replay
+of :mod:`sim.cache.replay` step by step in the tests and measures a per-step call in
+``benchmarks/cache_replay.py``. :class:`StepwiseCache` maps a step's active neuron ids to items of its
 :class:`~sim.cache.layout.CacheLayout` (clusters are deduplicated), routes the step to
 the layer's partition and reports hits and misses per neuron plus the bytes to read from
 flash. The mapping is a couple of numpy operations on the step's ids, so a call costs a
@@ -40,14 +43,14 @@ class NeuronStepResult:
         return int(self.hit.shape[0] - np.count_nonzero(self.hit))
 
 
-class NeuronCache:
+class StepwiseCache:
     """A neuron cache for one model layout and policy; capacity shared or split per layer."""
 
     def __init__(self, layout: CacheLayout, policy: str, capacity_bytes: int, *,
                  profile: Trace | np.ndarray | None = None, **options: Any):
         cls = policy_class(policy)
-        if cls.name == "pi2-segmented" and layout.granularity != "neuron":
-            raise SimError("pi2-segmented has its own granularity (hot clusters, cold neurons); "
+        if cls.neuron_keys_only and layout.granularity != "neuron":
+            raise SimError(f"{cls.name} has its own granularity (hot clusters, cold neurons); "
                            "use granularity 'neuron'", field="granularity")
         if cls.needs_profile and profile is None:
             raise SimError(f"{policy} needs a profile (a profiling trace or per-item request counts)",
@@ -72,7 +75,7 @@ class NeuronCache:
     @classmethod
     def for_trace(cls, trace: Trace, policy: str, capacity_bytes: int, *, neuron_bytes: int = 1,
                   granularity: str = "neuron", cluster_neurons: int = 32, split: str = "shared",
-                  profile: Trace | np.ndarray | None = None, **options: Any) -> NeuronCache:
+                  profile: Trace | np.ndarray | None = None, **options: Any) -> StepwiseCache:
         """A cache sized for ``trace``'s model. For static-hot/pi2 the profile defaults to
         the trace itself; for Belady the trace is the future, and steps must then be
         served in the trace's row order (token, layer, expert slot)."""

@@ -1,4 +1,4 @@
-"""Figures of sweep results: a metric against one axis, one line per hue (heatmaps live in sim.plots).
+"""Figures of sweep results: a metric against one axis, one line per hue (the heatmap is sim.plots.sweeps).
 
 It takes the tidy results DataFrame of :func:`sim.explore.sweep.run_sweep` and uses only
 its ``ok`` rows. Axis values written as sizes (``8GB``) are placed by their byte count,
@@ -146,12 +146,6 @@ def line_plot(df: pd.DataFrame, x: str, y: str, hue: str | None = None, out: str
     if out is not None:
         fig.savefig(out, dpi=120)
     return fig
-
-
-def _tick(v: float, kind: str, labels: dict[float, str]) -> str:
-    if kind == "bytes":
-        return format_bytes(v)
-    return labels.get(v, f"{v:g}")
 
 
 def _format_axis(axis, kind: str, labels: dict[float, str]) -> None:  # type: ignore[no-untyped-def]
