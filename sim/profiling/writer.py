@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
-from sim.profiles.validation import MIN_RATE
+from sim.profiles.schema import MIN_RATE
 from sim.profiling.runner import FULL_DEPTH, Measurements
 from sim.profiling.storage import KiB, MiB
 from sim.profiling.topology import cpuinfo_ghz
