@@ -6,8 +6,9 @@ the numpy core computes in. The file's header (metadata and tensor table) is par
 with ``struct`` against ``gguf``'s type constants: ``gguf.GGUFReader`` builds a numpy view
 per metadata item, and SmolLM2's 98,000 tokenizer strings took it over a minute.
 
-Two conventions differ from Hugging Face's and are undone here so that :class:`~sim.inference.transformer.Transformer` (HF layout,
-"rotate_half" RoPE) runs the file unchanged:
+Two conventions differ from Hugging Face's and are undone here so that
+:class:`~sim.inference.transformer.Transformer` (HF layout, "rotate_half" RoPE) runs the
+file unchanged:
 
 - llama.cpp's converter permutes the rows of ``attn_q``/``attn_k`` so that RoPE rotates
   adjacent pairs (GPT-J style); :func:`unpermute_rope` restores HF's half-split order. The
@@ -233,7 +234,7 @@ def load_gguf(path: str | Path, name: str | None = None) -> GGUFModel:
     if params["embed.weight"].shape != (vocab, hidden):
         raise SimError(f"token_embd has shape {params['embed.weight'].shape}, expected {(vocab, hidden)}",
                        source=src)
-    tok = {"tokens": tokens, "merges": list(_field(meta, "tokenizer.ggml.merges", src)),
+    tok = {"tokens": tokens, "merges": list(_field(meta, "tokenizer.ggml.merges", src, [])),
            "token_type": [int(x) for x in _field(meta, "tokenizer.ggml.token_type", src, [1] * vocab)],
            "bos": int(_field(meta, "tokenizer.ggml.bos_token_id", src, -1)),
            "eos": int(_field(meta, "tokenizer.ggml.eos_token_id", src, -1)),
