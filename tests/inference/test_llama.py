@@ -1,6 +1,7 @@
 """The numpy Llama decoder on the real SmolLM2-135M GGUF file (skipped when it is not fetched).
 
-One model is loaded per session (about 20 s); each test runs at most a few dozen decode steps.
+One model is loaded per session (the ``smollm2`` fixture in conftest.py); each test runs at
+most a few dozen decode steps.
 """
 
 from __future__ import annotations
@@ -10,16 +11,11 @@ import pytest
 
 from sim.errors import SimError
 from sim.inference.fetch import smollm2_cached
-from sim.inference.llama import load_llama, resolve_gguf
+from sim.inference.llama import resolve_gguf
 from sim.inference.sparsify import calibrate
 
 needs_model = pytest.mark.skipif(not smollm2_cached(),
                                  reason="SmolLM2-135M is not fetched: run `python -m sim.inference.fetch smollm2`")
-
-
-@pytest.fixture(scope="session")
-def smollm2():
-    return load_llama("smollm2-135m")
 
 
 def test_missing_model_names_the_fetch_command(tmp_path):
