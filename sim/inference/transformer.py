@@ -117,7 +117,7 @@ class Transformer:
         group = cfg.n_heads // cfg.n_kv_heads
         if group > 1:
             k, v = np.repeat(k, group, axis=0), np.repeat(v, group, axis=0)
-        scores = (q @ k.transpose(0, 2, 1)) / np.sqrt(hd)
+        scores = (q @ k.transpose(0, 2, 1)) / np.float32(np.sqrt(hd))  # a float64 scalar would widen to fp64
         if cfg.causal:
             key_pos = np.arange(k.shape[1])
             mask = key_pos[None, :] > positions[:, None]

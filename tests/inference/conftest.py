@@ -39,3 +39,14 @@ def minilm() -> Path:
         return ensure_minilm(timeout_s=10)
     except SimError as exc:
         pytest.skip(f"all-MiniLM-L6-v2 is not cached and could not be fetched ({exc})")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The numpy SmolLM2-135M decoder, loaded once (about 20 s); skips when not fetched."""
+    from sim.inference.fetch import smollm2_cached
+    from sim.inference.llama import load_llama
+
+    if not smollm2_cached():
+        pytest.skip("SmolLM2-135M is not fetched: run `python -m sim.inference.fetch smollm2`")
+    return load_llama("smollm2-135m")
