@@ -9,6 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cache_helpers import toy_trace
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sim.cli import main
 from sim.errors import SimError
@@ -120,3 +122,119 @@ def test_the_api_refuses_a_trace_of_no_tokens_too():
     for fn in (lambda: trace_stats(empty), lambda: compare_trace(empty, "lru", "10%")):
         with pytest.raises(SimError, match="trace has 0 tokens"):
             fn()
+
+
+# 6. an output that is the same file as an input is refused before anything is written
+
+def _same_file(original: Path, spelling: str, tmp_path: Path) -> str:
+    """Another way to name ``original``: as given, with ./ and .., through a symlink or a hard link."""
+    if spelling == "as-given":
+        return str(original)
+    if spelling == "dotted":
+        return str(original.parent / "." / ".." / original.parent.name / original.name)
+    link = tmp_path / f"{spelling}-{original.name}"
+    if spelling == "symlink":
+        link.symlink_to(original)
+    else:
+        link.hardlink_to(original)
+    return str(link)
+
+
+def _inputs(tmp_path: Path) -> dict[str, Path]:
+    """One input file of each kind a command reads, each renamed to the suffix its output takes."""
+    from sim.profiles.registry import resolve_path
+
+    csv = tmp_path / "requests.csv"
+    csv.write_text("step,key\n0,1\n1,2\n2,1\n")
+    device = tmp_path / "dev.json"
+    device.write_text(resolve_path("device", "oneplus-12").read_text())  # YAML is JSON's superset: read as YAML
+    plan_yaml = tmp_path / "my.yaml"
+    plan_yaml.write_text(resolve_path("device", "oneplus-12").read_text())
+    trace = toy_trace(n_tokens=8).save(tmp_path / "t.npz")
+    fit_in = tmp_path / "fit-in.yaml"
+    fit_in.write_text("x: 1\n")
+    return {"csv": csv, "device": device, "plan_yaml": plan_yaml, "trace": trace, "fit_in": fit_in}
+
+
+OUTPUT_IS_INPUT = [  # (argv with {in} the input, the input's key, the output flag, the input's flag)
+    (["cache", "compare", "--requests", "{in}", "--out", "{out}"], "csv", "--out", "--requests"),
+    (["plan", "--device", "{in}", "--memory-budget", "8GB", "--out", "{out}"], "plan_yaml", "--out", "--device"),
+    (["run", "--device", "{in}", "--timeline", "{out}"], "device", "--timeline", "--device"),
+    (["run", "--plan", "{in}", "--tokens-csv", "{out}"], "csv", "--tokens-csv", "--plan"),
+    (["trace", "synth", "--model", "llama-2-7b", "--tokens", "2", "--params", "{in}", "--out", "{out}"], "trace",
+     "--out", "--params"),
+    (["trace", "fit", "{in}", "--out", "{out}"], "fit_in", "--out", "TRACE"),
+]
+
+
+@pytest.fixture
+def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The refusal must come before any simulation, search or replay."""
+    def forbidden(*args: object, **kwargs: object) -> None:
+        raise AssertionError("work started before the output was checked")
+
+    import sim.cache.compare
+    import sim.engine.simulation
+    import sim.explore.planner
+    import sim.traces.fit
+    import sim.traces.synth
+
+    monkeypatch.setattr(sim.engine.simulation, "simulate", forbidden)
+    monkeypatch.setattr(sim.explore.planner, "plan", forbidden)
+    monkeypatch.setattr(sim.cache.compare, "compare_requests", forbidden)
+    monkeypatch.setattr(sim.traces.fit, "fit_params", forbidden)
+    monkeypatch.setattr(sim.traces.synth, "write_synthetic", forbidden)
+
+
+@pytest.mark.parametrize("spelling", ["as-given", "dotted", "symlink", "hardlink"])
+@pytest.mark.parametrize(("argv", "key", "flag", "in_flag"), OUTPUT_IS_INPUT,
+                         ids=[" ".join(c[0][:2]) + " " + c[2] for c in OUTPUT_IS_INPUT])
+def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, capsys, nothing_runs, spelling, argv,
+                                                                 key, flag, in_flag):
+    inputs = _inputs(tmp_path)
+    if key == "fit_in":  # trace fit's input is the trace; its output is YAML: the trace, renamed .yaml
+        inputs["fit_in"].write_bytes(inputs["trace"].read_bytes())
+    if key == "trace":  # synth's --params given the output trace itself (the .npz)
+        argv = [a if a != "{in}" else "{out}" for a in argv]
+    original = inputs[key]
+    before = original.read_bytes()
+    out = _same_file(original, spelling, tmp_path)
+    assert main([a.format(**{"in": original, "out": out}) for a in argv]) == 2
+    err = _one_line_error(capsys)
+    assert f": {flag}: is the same file as the {in_flag} input" in err, err
+    assert original.read_bytes() == before
+
+
+@st.composite
+def spellings_of(draw, folder: Path, name: str) -> str:
+    """A path naming ``folder / name`` with any mix of ./ and sub/.. segments (sub exists)."""
+    parts = [str(folder)]
+    for _ in range(draw(st.integers(0, 4))):
+        parts.append(draw(st.sampled_from([".", "sub/..", "sub/./.."])))
+    return "/".join([*parts, name])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data(), n_links=st.integers(0, 3), other_inputs=st.lists(st.sampled_from(["oneplus-12", None, "x"]),
+                                                                         max_size=3))
+def test_any_spelling_of_an_input_is_refused_as_an_output(tmp_path_factory, data, n_links, other_inputs):
+    """Fuzz output-equals-input: however the output names an input (./, .., a chain of symlinks),
+    check_output refuses it and leaves the input's bytes alone; a different file passes."""
+    from sim.outputs import check_output
+
+    folder = tmp_path_factory.mktemp("io")
+    (folder / "sub").mkdir()
+    original = folder / "in.csv"
+    original.write_text("step,key\n0,1\n")
+    target = original
+    for i in range(n_links):
+        link = folder / f"link{i}.csv"
+        link.symlink_to(target)
+        target = link
+    spelled = data.draw(spellings_of(folder, target.name))
+    inputs = {f"--other{i}": v for i, v in enumerate(other_inputs)} | {"--requests": str(original)}
+    with pytest.raises(SimError, match="is the same file as the --requests input") as info:
+        check_output(Path(spelled), "--out", suffixes=(".csv",), inputs=inputs)
+    assert info.value.field == "--out" and "\n" not in str(info.value)
+    assert original.read_text() == "step,key\n0,1\n"
+    check_output(folder / "other.csv", "--out", suffixes=(".csv",), inputs=inputs)  # a new file is fine

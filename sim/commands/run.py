@@ -120,9 +120,10 @@ def run(
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
     # Outputs are checked before the run, so a finished simulation is never lost to a bad path.
-    check_output(timeline, "--timeline", suffixes=(".json",))
-    check_output(gantt, "--gantt", suffixes=PLOT_SUFFIXES)
-    check_output(tokens_csv, "--tokens-csv", suffixes=(".csv",))
+    inputs = {"--device": device, "--model": model, "--trace": trace, "--plan": plan}
+    check_output(timeline, "--timeline", suffixes=(".json",), inputs=inputs)
+    check_output(gantt, "--gantt", suffixes=PLOT_SUFFIXES, inputs=inputs)
+    check_output(tokens_csv, "--tokens-csv", suffixes=(".csv",), inputs=inputs)
     if mode == "analytic":
         for flag, value in (("--timeline", timeline), ("--gantt", gantt)):
             if value is not None:
