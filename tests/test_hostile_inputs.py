@@ -238,3 +238,32 @@ def test_any_spelling_of_an_input_is_refused_as_an_output(tmp_path_factory, data
     assert info.value.field == "--out" and "\n" not in str(info.value)
     assert original.read_text() == "step,key\n0,1\n"
     check_output(folder / "other.csv", "--out", suffixes=(".csv",), inputs=inputs)  # a new file is fine
+
+
+# 13. power figures: a typo is refused, the largest allowed figures still give a finite energy
+
+@pytest.mark.parametrize("field", ["device.power.dram_w_per_gbps", "device.power.idle_w",
+                                   "device.cpu.clusters.big.active_w", "device.storage.active_w"])
+def test_an_absurd_power_figure_is_refused_not_printed_as_inf(capsys, field):
+    assert main(["run", "--set", f"{field}=1e308", "--decode-tokens", "2"]) == 2
+    assert f"--set {field}: must be <= " in _one_line_error(capsys)
+
+
+def test_the_largest_allowed_power_figures_give_a_finite_energy():
+    import math
+
+    from engine_helpers import TINY_DENSE, device_data, model, trace
+
+    from sim.engine.simulation import simulate
+    from sim.profiles.device import DeviceProfile, PowerProfile
+
+    data = device_data()
+    data["power"] = {"idle_w": PowerProfile.model_fields["idle_w"].metadata[-1].le,
+                     "dram_w_per_gbps": PowerProfile.model_fields["dram_w_per_gbps"].metadata[-1].le}
+    for cluster in data["cpu"]["clusters"]:
+        cluster["active_w"] = 1000
+    tiny = model(TINY_DENSE)
+    result = simulate(device=DeviceProfile.model_validate(data), model=tiny, trace=trace(tiny, 12), prompt_tokens=2,
+                      decode_tokens=2, warmup_tokens=0, profile_tokens=4)
+    energy = result.summary["energy_j_per_token"]
+    assert math.isfinite(energy) and energy > 0
