@@ -267,3 +267,24 @@ def test_the_largest_allowed_power_figures_give_a_finite_energy():
                       decode_tokens=2, warmup_tokens=0, profile_tokens=4)
     energy = result.summary["energy_j_per_token"]
     assert math.isfinite(energy) and energy > 0
+
+
+# 12. one KV-cache rule for `sim memory` and `sim run`, printed by both
+
+def test_memory_and_run_size_the_kv_cache_alike_by_default(capsys):
+    """At 7 GB `sim memory` showed a 0.393 GB neuron cache (a 512-token KV cache) and `sim run`
+    0.435 GB (its 192 tokens)."""
+    import inspect
+
+    import sim
+    from sim.engine.simulation import simulate
+    from sim.profiles.memory import RUN_CONTEXT_TOKENS
+
+    defaults = inspect.signature(simulate).parameters
+    assert defaults["prompt_tokens"].default + defaults["decode_tokens"].default == RUN_CONTEXT_TOKENS
+    assert main(["memory", "--memory-budget", "7GB", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    run_plan = sim.check_options("oneplus-12", memory_budget="7GB").plan
+    assert shown["neuron_cache_bytes"] == run_plan.neuron_cache_bytes
+    assert main(["memory", "--memory-budget", "7GB"]) == 0
+    assert f"KV cache for {RUN_CONTEXT_TOKENS} tokens" in " ".join(capsys.readouterr().out.split())
