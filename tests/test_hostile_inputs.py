@@ -288,3 +288,20 @@ def test_memory_and_run_size_the_kv_cache_alike_by_default(capsys):
     assert shown["neuron_cache_bytes"] == run_plan.neuron_cache_bytes
     assert main(["memory", "--memory-budget", "7GB"]) == 0
     assert f"KV cache for {RUN_CONTEXT_TOKENS} tokens" in " ".join(capsys.readouterr().out.split())
+
+
+# 14. the Python API: wrong types and huge integers are SimErrors
+
+def test_the_api_refuses_huge_integers_and_wrong_types_in_one_line():
+    import sim
+    from sim.profiles.memory import plan_memory
+    from sim.traces.format import Trace
+
+    cases = [(lambda: sim.simulate(memory_budget=10**400), "--memory-budget"),
+             (lambda: plan_memory("turbosparse-mixtral-47b", "oneplus-12", budget=10**400), "--memory-budget"),
+             (lambda: Trace.load(123), "path"),
+             (lambda: sim.validate(123), "ids")]
+    for call, field in cases:
+        with pytest.raises(SimError) as info:
+            call()
+        assert info.value.field == field and "\n" not in str(info.value)

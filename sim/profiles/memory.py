@@ -152,6 +152,10 @@ def plan_memory(model: ModelProfile, device: DeviceProfile, *, budget: str | int
         elif isinstance(budget, SizeSpec):
             spec = budget
         elif isinstance(budget, int):
+            if not 1 <= budget < 2**63:  # 10**400 bytes raised OverflowError while printing the refusal
+                raise SimError(f"must be a size of 1 to 2**63 - 1 bytes, got an integer of {len(str(abs(budget)))} "
+                               "digits" if budget >= 2**63 else f"must be at least 1 byte, got {budget}",
+                               field="--memory-budget")
             spec = SizeSpec(bytes=budget)
         else:
             spec = parse_size_or_percent(budget, field="--memory-budget")
