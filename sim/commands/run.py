@@ -199,7 +199,7 @@ def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> 
             phases.add_row(name, f"{ms:.2f}")
         console.print(phases)
     context = s.get("config", {}).get("prompt_tokens", 0) + s.get("config", {}).get("decode_tokens", 0)
-    mem = Table("component", "GB", title=f"DRAM (KV cache for {context} tokens: prompt + decode)")
+    mem = Table("component", "GB", title=f"DRAM ({context}-token KV cache)")  # prompt + decode
     for name, value in s["memory"].items():
         if name != "ffn_resident_fraction":
             mem.add_row(name, f"{value / 1e9:.3f}")
