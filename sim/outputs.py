@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +25,41 @@ def check_suffix(path: Path, flag: str, suffixes: tuple[str, ...]) -> None:
                        source=str(path), field=flag)
 
 
-def check_output(path: Path | None, flag: str, *, suffixes: tuple[str, ...] = (), directory: bool = False) -> None:
+def check_not_an_input(path: Path, flag: str, inputs: Mapping[str, Any]) -> None:
+    """Refuse an output that is the same file (same inode: also through a link or another
+    spelling of the path) as one of the command's inputs, which writing would destroy.
+    ``inputs`` maps each input's flag to its value; names that are not files are skipped."""
+    if not path.exists():
+        return
+    for in_flag, value in inputs.items():
+        if value is None or not isinstance(value, str | os.PathLike):
+            continue
+        try:
+            same = Path(value).is_file() and os.path.samefile(path, value)
+        except (OSError, ValueError):
+            continue
+        if same:
+            raise SimError(f"is the same file as the {in_flag} input; writing it would overwrite that input; "
+                           "give another path", source=str(path), field=flag)
+
+
+def check_output(path: Path | None, flag: str, *, suffixes: tuple[str, ...] = (), directory: bool = False,
+                 inputs: Mapping[str, Any] | None = None) -> None:
     """Fail now, before any work, if ``path`` cannot be written as the ``flag`` output.
 
     A run that finishes and then cannot save is a result lost, so every command checks
     its output paths up front. Missing parent folders are created (as the writers do);
     a file is probed by opening it for append, which works as the writer will (root
     included, where permission bits say nothing) and leaves an existing file untouched.
-    ``suffixes`` lists the extensions the writer understands (lower case, with the dot).
+    ``suffixes`` lists the extensions the writer understands (lower case, with the dot);
+    ``inputs`` (flag -> value) the command's input files, which the output must not be.
     """
     if path is None:
         return
     path = Path(path)
     if not directory and path.is_dir():
         raise SimError("is a folder; give a file name", source=str(path), field=flag)
+    check_not_an_input(path, flag, inputs or {})
     check_suffix(path, flag, suffixes)
     try:
         if directory:

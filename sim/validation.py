@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -151,6 +152,8 @@ def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error:
         raise SimError(f"must be 'record' or 'raise', got {on_error!r}", field="on_error")
     if isinstance(ids, str):  # one id, not its characters
         ids = [ids]
+    elif ids is not None and (isinstance(ids, bytes) or not isinstance(ids, Iterable)):
+        raise SimError(f"expected point ids (a string or a list of them), got {type(ids).__name__}", field="ids")
     elif ids is not None:
         ids = list(ids)
         if not ids:

@@ -31,7 +31,7 @@ from sim.cache.replay import Replayer, profile_counts_of, trace_stream
 from sim.cache.requests import read_requests_csv
 from sim.checks import check_int
 from sim.errors import SimError
-from sim.traces.format import Trace
+from sim.traces.format import Trace, require_tokens
 from sim.units import SizeSpec, parse_size_or_percent
 
 COLUMNS = ["policy", "capacity_bytes", "capacity_pct", "requests", "hits", "misses", "hit_ratio", "miss_ratio",
@@ -126,6 +126,7 @@ def compare_trace(trace: Trace, policies: Sequence[str] | str, sizes: Sequence[A
         trace = Trace.load(trace)
     if not isinstance(trace, Trace):
         raise SimError(f"expected a Trace or a trace file path, got {type(trace).__name__}", field="trace")
+    require_tokens(trace, "a cache comparison")  # else hit and miss ratios are both 0
     neuron_bytes = check_int(neuron_bytes, "--neuron-bytes", 1)
     names = parse_policies(policies)
     if "pi2-segmented" in names and granularity != "neuron":

@@ -55,8 +55,9 @@ def compare(
     if (trace is None) == (requests is None):
         raise SimError("give exactly one of --trace T.npz or --requests R.csv", field="--trace")
     # Before any replay: a result that cannot be saved is work lost.
-    check_output(out, "--out", suffixes=(".csv", ".parquet"))
-    check_output(plot, "--plot", suffixes=(".png", ".pdf", ".svg"))
+    inputs = {"--trace": trace, "--requests": requests, "--profile": profile}
+    check_output(out, "--out", suffixes=(".csv", ".parquet"), inputs=inputs)
+    check_output(plot, "--plot", suffixes=(".png", ".pdf", ".svg"), inputs=inputs)
     names = parse_policies(policies)
     options = {"window_tokens": window_tokens, "hot_fraction": hot_fraction, "warmup_tokens": warmup_tokens}
     if window_tokens < 1:

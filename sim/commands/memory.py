@@ -8,7 +8,7 @@ from rich.table import Table
 
 from sim.commands.settings import parse_sets, profile_sets, with_overrides
 from sim.errors import SimError
-from sim.profiles.memory import DEFAULT_CONTEXT_TOKENS, plan_memory
+from sim.profiles.memory import RUN_CONTEXT_TOKENS, RUN_DECODE_TOKENS, RUN_PROMPT_TOKENS, plan_memory
 from sim.profiles.registry import load_device, load_model
 from sim.units import format_bytes
 
@@ -24,7 +24,10 @@ def memory(
                                              help="DRAM budget: 7GB, 12GiB or 50% of the model's weights."),
     offload: float | None = typer.Option(None, "--offload", help="Fraction of FFN weights kept only on flash."),
     weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="fp32, fp16, int8 or int4."),
-    context_tokens: int = typer.Option(DEFAULT_CONTEXT_TOKENS, "--context-tokens", help="KV-cache length."),
+    context_tokens: int = typer.Option(
+        RUN_CONTEXT_TOKENS, "--context-tokens",
+        help=f"KV-cache length in tokens (default: sim run's prompt {RUN_PROMPT_TOKENS} + decode {RUN_DECODE_TOKENS}; "
+             "a run sizes it for its --prompt-tokens + --decode-tokens)."),
     strategy: str = typer.Option("powerinfer2", "--strategy",
                                  help="Whose layout: predictors and resident FFN scales depend on it."),
     sets: list[str] = typer.Option(
@@ -56,6 +59,7 @@ def memory(
         print(json_text({**plan.to_dict(), "overrides": overrides}))
         return
     title = f"{plan.model} on {plan.device}, {plan.weights_dtype}, budget {format_bytes(plan.budget_bytes)}"
+    title += f", KV cache for {plan.context_tokens} tokens"
     table = Table("component", "bytes", "GB", "share of budget", title=title)
     for row in plan.rows():
         table.add_row(str(row["component"]), f"{row['bytes']:,}", f"{row['bytes'] / 1e9:.3f}",

@@ -43,7 +43,8 @@ def plan(
 
     from sim.explore.planner import plan as search
 
-    check_output(out, "--out", suffixes=(".yaml", ".yml"))  # before minutes of search, not after
+    check_output(out, "--out", suffixes=(".yaml", ".yml"),  # before minutes of search, not after
+                 inputs={"--device": device, "--model": model})
     overrides, typed = parse_sets(sets)
     profile_sets(overrides)
     preset = own_preset(model, overrides, None, preset)

@@ -121,9 +121,10 @@ def run(
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
     # Outputs are checked before the run, so a finished simulation is never lost to a bad path.
-    check_output(timeline, "--timeline", suffixes=(".json",))
-    check_output(gantt, "--gantt", suffixes=PLOT_SUFFIXES)
-    check_output(tokens_csv, "--tokens-csv", suffixes=(".csv",))
+    inputs = {"--device": device, "--model": model, "--trace": trace, "--plan": plan}
+    check_output(timeline, "--timeline", suffixes=(".json",), inputs=inputs)
+    check_output(gantt, "--gantt", suffixes=PLOT_SUFFIXES, inputs=inputs)
+    check_output(tokens_csv, "--tokens-csv", suffixes=(".csv",), inputs=inputs)
     if mode == "analytic":
         for flag, value in (("--timeline", timeline), ("--gantt", gantt)):
             if value is not None:
@@ -171,7 +172,7 @@ def run(
         config = {**result.config, "base_profiles": {"device": device, "model": model}, "overrides": overrides}
         print(json_text({**result.summary, "config": config}))
         return
-    _print_table(result.summary, typed, list(overrides))
+    _print_table({**result.summary, "config": result.config}, typed, list(overrides))
 
 
 def _fmt(value: Any) -> str:
@@ -198,7 +199,8 @@ def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> 
         for name, ms in s["phases_ms_per_token"].items():
             phases.add_row(name, f"{ms:.2f}")
         console.print(phases)
-    mem = Table("component", "GB", title="DRAM")
+    context = s.get("config", {}).get("prompt_tokens", 0) + s.get("config", {}).get("decode_tokens", 0)
+    mem = Table("component", "GB", title=f"DRAM ({context}-token KV cache)")  # prompt + decode
     for name, value in s["memory"].items():
         if name != "ffn_resident_fraction":
             mem.add_row(name, f"{value / 1e9:.3f}")

@@ -77,7 +77,7 @@ def run(
         check_suffix(out, "--out", RESULT_SUFFIXES)
         _dry_run(spec, out)
         return
-    check_output(out, "--out", suffixes=RESULT_SUFFIXES)
+    check_output(out, "--out", suffixes=RESULT_SUFFIXES, inputs={"SPEC": spec})
     try:
         report = run_sweep(spec, out, workers=workers, scheduler=scheduler or dask, retry_failed=retry_failed,
                            prune=prune, progress=progress, commit_every_s=commit_every)
@@ -145,7 +145,7 @@ def plot(
 
     df = read_results(results)  # first: a default --out goes next to it, and a missing file creates no folder
     target = out or results.with_name(f"{results.stem}_{_slug(y)}_vs_{_slug(x)}.png")
-    check_output(target, "--out", suffixes=PLOT_SUFFIXES)
+    check_output(target, "--out", suffixes=PLOT_SUFFIXES, inputs={"RESULTS": results})
     line_plot(df, x, y, hue, target)
     print(f"wrote {target}")
     _averaged_note(df, [x, hue])
@@ -168,7 +168,7 @@ def heatmap_cmd(
 
     df = read_results(results)
     target = out or results.with_name(f"{results.stem}_{_slug(value)}_{_slug(x)}_x_{_slug(y)}.png")
-    check_output(target, "--out", suffixes=PLOT_SUFFIXES)
+    check_output(target, "--out", suffixes=PLOT_SUFFIXES, inputs={"RESULTS": results})
     for flag, column in (("--x", x), ("--y", y)):
         if column not in df.columns:
             raise SimError(f"no column {column!r} in {results}; columns: {', '.join(map(str, df.columns))}",

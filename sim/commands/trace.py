@@ -73,7 +73,7 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
     check_int(seed, "--seed")
     if not text.is_file():
         raise SimError("no such text file", source=str(text), field="--text")
-    check_output(out, "--out", suffixes=TRACE_SUFFIXES)
+    check_output(out, "--out", suffixes=TRACE_SUFFIXES, inputs={"--model": model, "--text": text})
     try:
         from sim.inference.recorder import record_trace
     except ImportError as exc:
@@ -168,7 +168,7 @@ def stats(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Trace fi
     """Density, popularity, sliding-window and reuse statistics of a trace."""
     from sim.traces.stats import summary_rows, to_json, trace_stats
 
-    check_output(plot, "--plot", suffixes=PLOT_SUFFIXES)
+    check_output(plot, "--plot", suffixes=PLOT_SUFFIXES, inputs={"TRACE": trace_path})
     result = trace_stats(_load(trace_path))
     if json_out:
         print(_json(to_json(result)))
@@ -276,7 +276,7 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
     check_int(seed, "--seed")
     if preset is not None and params is not None:
         raise SimError("give either --preset or --params, not both", field="--preset")
-    check_output(out, "--out", suffixes=TRACE_SUFFIXES)
+    check_output(out, "--out", suffixes=TRACE_SUFFIXES, inputs={"--model": model, "--params": params})
     if params is not None:
         chosen = load_params(params)
     else:
@@ -309,7 +309,7 @@ def fit(trace_path: Path = typer.Argument(..., metavar="TRACE", help="Recorded t
     """Estimate synthetic-generator parameters from a trace (they transfer to other widths)."""
     from sim.traces.fit import fit_params, write_params
 
-    check_output(out, "--out", suffixes=PARAMS_SUFFIXES)
+    check_output(out, "--out", suffixes=PARAMS_SUFFIXES, inputs={"TRACE": trace_path})
     raw = fit_params(_load(trace_path), name=name, source_label=str(trace_path))
     write_params(raw, out)
     dens = raw["density"]["value"]

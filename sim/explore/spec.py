@@ -182,6 +182,7 @@ def _design(spec: SweepSpec, source: str) -> list[Combo]:
         axes = []
         for key, values in spec.grid.items():
             axes.append([_grid_value(key, v, i, source) for i, v in enumerate(values)])
+            _unique_labels(key, values, axes[-1], source)
         blocks.append([_merge(combo) for combo in itertools.product(*axes)])
     if spec.points:
         block = []
@@ -229,6 +230,21 @@ def _merge(parts: tuple[Combo, ...]) -> Combo:
         settings.update(s)
         origins.update(o)
     return axes, settings, origins
+
+
+def _unique_labels(key: str, values: list[Any], combos: list[Combo], source: str) -> None:
+    """A bundle axis's labels are its column: two bundles with one label would be averaged into
+    one plotted point without a word, so each label (given, or the bundle's index) must differ."""
+    if all(key in settings for _, settings, _ in combos):
+        return  # a plain axis (each value sets the key itself): repeated values are the user's replicates
+    seen: dict[Any, int] = {}
+    for index, (axes, _, _) in enumerate(combos):
+        label = axes[key]
+        marker = (type(label).__name__, label) if isinstance(label, bool) else label
+        if marker in seen:
+            raise SimError(f"label {label!r} is used by bundles {seen[marker]} and {index}; each bundle of an axis "
+                           "needs its own label", source=source, field=f"grid.{key}.{index}.label")
+        seen[marker] = index
 
 
 def _grid_value(key: str, value: Any, index: int, source: str) -> Combo:

@@ -76,7 +76,7 @@ class CpuCluster(Strict):
     # 4 KiB random-read throughput when this core issues the I/O (it runs the UFS driver).
     io_4k_gbps: float = Field(ge=MIN_RATE)
     # Power while busy, for energy estimates (optional).
-    active_w: float | None = Field(default=None, gt=0)
+    active_w: float | None = Field(default=None, gt=0, le=1000)  # le: a typo, not a unit (see PowerProfile)
     # Per-kernel throughput relative to int8_gops / fp32_gflops (optional; see KernelSpeed).
     kernel_speed: KernelSpeed = Field(default_factory=KernelSpeed)
 
@@ -125,7 +125,7 @@ class Accelerator(Strict):
     # False: this unit has no fast gathered-row kernel, so a product over a subset of a
     # matrix's rows costs the whole matrix there (llm-in-flash's predicted-row products).
     sparse_kernels: bool = False
-    active_w: float | None = Field(default=None, gt=0)
+    active_w: float | None = Field(default=None, gt=0, le=1000)  # le: a typo, not a unit (see PowerProfile)
 
     @field_validator("formats")
     @classmethod
@@ -179,7 +179,7 @@ class StorageProfile(Strict):
     read_latency_us: float = Field(gt=0)  # one 4 KiB read at queue depth 1
     # Throughput lost when several cores issue reads at once (0.4 = up to 40% lost).
     multi_issuer_penalty: float = Field(ge=0, lt=1)
-    active_w: float | None = Field(default=None, gt=0)
+    active_w: float | None = Field(default=None, gt=0, le=1000)  # le: a typo, not a unit (see PowerProfile)
 
     _check_seq = field_validator("seq_read")(classmethod(lambda cls, v: _sorted_blocks(v)))
     _check_rand = field_validator("rand_read")(classmethod(lambda cls, v: _sorted_blocks(v)))
@@ -194,8 +194,11 @@ class StorageProfile(Strict):
 
 
 class PowerProfile(Strict):
-    idle_w: float = Field(ge=0)
-    dram_w_per_gbps: float = Field(ge=0)  # DRAM traffic energy
+    # Upper bounds far above any phone or laptop, so a typo (1e308) is refused instead of
+    # printing an energy of inf (null in JSON): 1 W per GB/s is 1 nJ per byte (125 pJ/bit),
+    # some 50x what DRAM traffic costs.
+    idle_w: float = Field(ge=0, le=1000)
+    dram_w_per_gbps: float = Field(ge=0, le=1)  # DRAM traffic energy: W per GB/s is J per GB
 
 
 class DeviceProfile(Strict):

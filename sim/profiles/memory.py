@@ -24,6 +24,12 @@ DEFAULT_RUNTIME_BYTES = 300_000_000
 # Assumed KV-cache context when none is given: a 64-token prompt plus generated tokens
 # fits well within it, as in [PI2 §7.1]'s decode experiments.
 DEFAULT_CONTEXT_TOKENS = 512
+# The one rule of the CLI: the KV cache holds the run's prompt plus decoded tokens. `sim run`
+# sizes it for its --prompt-tokens + --decode-tokens; `sim memory` by default for those
+# defaults (so one budget shows one neuron cache in both), and both print the count.
+RUN_PROMPT_TOKENS = 64
+RUN_DECODE_TOKENS = 128
+RUN_CONTEXT_TOKENS = RUN_PROMPT_TOKENS + RUN_DECODE_TOKENS
 
 
 @dataclass(frozen=True)
@@ -146,6 +152,10 @@ def plan_memory(model: ModelProfile, device: DeviceProfile, *, budget: str | int
         elif isinstance(budget, SizeSpec):
             spec = budget
         elif isinstance(budget, int):
+            if not 1 <= budget < 2**63:  # 10**400 bytes raised OverflowError while printing the refusal
+                raise SimError(f"must be a size of 1 to 2**63 - 1 bytes, got an integer of {len(str(abs(budget)))} "
+                               "digits" if budget >= 2**63 else f"must be at least 1 byte, got {budget}",
+                               field="--memory-budget")
             spec = SizeSpec(bytes=budget)
         else:
             spec = parse_size_or_percent(budget, field="--memory-budget")

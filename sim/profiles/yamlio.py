@@ -101,7 +101,10 @@ def load_yaml_text(text: str, source: str) -> dict[str, Any]:
 def load_yaml_value(text: str, source: str, expected: str = "a value") -> Any:
     """Parse one YAML document of any shape (a command-line value such as ``1e-4`` or
     ``[big, mid]``) with the same strict rules as a profile file."""
-    loader = _StrictLoader(text, source)
+    try:
+        loader = _StrictLoader(text, source)
+    except yaml.reader.ReaderError as exc:  # the reader checks every character before parsing
+        raise _unprintable(text, exc, source) from None
     try:
         if not loader.check_node():
             raise SimError(f"holds no YAML document; expected {expected}", source=source)
@@ -121,6 +124,16 @@ def load_yaml_value(text: str, source: str, expected: str = "a value") -> Any:
         raise SimError(f"unreadable value: {' '.join(str(exc).split())}", source=source) from None
     finally:
         loader.dispose()
+
+
+def _unprintable(text: str, exc: yaml.reader.ReaderError, source: str) -> SimError:
+    """A control character (NUL, BEL, ESC ...) that YAML forbids, located by line and column."""
+    before = text[: exc.position]
+    line = before.count("\n") + 1
+    column = exc.position - (before.rfind("\n") + 1) + 1
+    code = exc.character if isinstance(exc.character, int) else ord(str(exc.character)[:1] or "\0")
+    return SimError(f"line {line}, column {column}: control character U+{code:04X} is not allowed in YAML; "
+                    "use printable characters, tab or newline", source=source)
 
 
 def load_yaml_file(path: Path) -> dict[str, Any]:

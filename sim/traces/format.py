@@ -24,6 +24,7 @@ chunks into the zip, so producing one does not need it in memory either.
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
@@ -106,10 +107,52 @@ class TraceMeta:
         if not isinstance(self.prompt_tokens, int) or not 0 <= self.prompt_tokens <= self.n_tokens:
             raise SimError(f"must be in [0, n_tokens={self.n_tokens}], got {self.prompt_tokens!r}",
                            source=source, field="meta.prompt_tokens")
+        if isinstance(self.n_tokens, bool) or isinstance(self.prompt_tokens, bool):
+            raise SimError("must be an integer, got a boolean", source=source,
+                           field="meta.n_tokens" if isinstance(self.n_tokens, bool) else "meta.prompt_tokens")
+        _check_meta_types(self, source)
         if self.source not in SOURCES:
             raise SimError(f"must be one of {list(SOURCES)}, got {self.source!r}", source=source, field="meta.source")
         if self.n_neurons > np.iinfo(np.int32).max:
             raise SimError("n_neurons does not fit int32 ids", source=source, field="meta.n_neurons")
+
+
+# The JSON type each metadata key must have (a hand edit can write "no" for false or a list
+# for a mapping, which Python would read as true or fail on later with an AttributeError).
+_META_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,), "source": (str,), "seed": (int, type(None)), "has_predictions": (bool,),
+    "activation_threshold": (int, float, type(None)), "predictor": (dict,), "extra": (dict,),
+}
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "true or false", dict: "a JSON object",
+               type(None): "null"}
+
+
+def _check_meta_types(meta: TraceMeta, source: str) -> None:
+    for name, types in _META_TYPES.items():
+        value = getattr(meta, name)
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            allowed = " or ".join(_TYPE_NAMES[t] for t in types if not (t is int and float in types))
+            raise SimError(f"must be {allowed}, got {json.dumps(value) if _jsonable(value) else repr(value)}",
+                           source=source, field=f"meta.{name}")
+    if meta.activation_threshold is not None and not np.isfinite(meta.activation_threshold):
+        raise SimError(f"must be a finite number or null, got {meta.activation_threshold!r}", source=source,
+                       field="meta.activation_threshold")
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def require_tokens(trace: Trace, what: str) -> None:
+    """Refuse a trace of no tokens where ``what`` (statistics, a cache comparison) would be all
+    zeros rather than an answer, as ``sim run`` does."""
+    if trace.meta.n_tokens < 1:
+        raise SimError(f"trace has 0 tokens; at least 1 is needed for {what}", source=str(trace.path or "<trace>"),
+                       field="meta.n_tokens")
 
 
 @dataclass
@@ -255,6 +298,8 @@ class Trace:
     @classmethod
     def load(cls, path: str | Path) -> Trace:
         """Open a trace file lazily; metadata is validated now, chunks as they are read."""
+        if not isinstance(path, str | os.PathLike):
+            raise SimError(f"expected a trace file path, got {type(path).__name__}", field="path")
         path = Path(path)
         src = str(path)
         if path.is_dir():
@@ -266,10 +311,14 @@ class Trace:
                 names = set(zf.namelist())
                 if "meta.npy" not in names:
                     raise SimError("not a trace file: no 'meta' member", source=src, field="meta")
-                with zf.open("meta.npy") as fh:
-                    raw = np.lib.format.read_array(fh, allow_pickle=False)
+                raw = read_member(zf, "meta.npy")
         except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as exc:
             raise SimError(f"cannot read trace (truncated or not an .npz trace: {exc})", source=src) from None
+        except SimError as err:
+            raise SimError(err.detail, source=src, field=err.field) from None
+        if raw.dtype.kind not in "iu" or raw.ndim != 1:
+            raise SimError(f"metadata must be a 1-D array of UTF-8 bytes, got {raw.dtype} of shape {raw.shape}",
+                           source=src, field="meta")
         meta = TraceMeta.from_json(bytes(raw.astype(np.uint8)).decode("utf-8", errors="replace"), src)
         n_chunks = -(-meta.n_tokens // meta.chunk_tokens)
         for c in range(n_chunks):
@@ -293,9 +342,13 @@ class Trace:
         try:
             with zipfile.ZipFile(self.path) as zf:
                 for c in range(self.n_chunks):
-                    chunk = _read_chunk(zf, c, self.meta)
+                    chunk = _read_chunk(zf, c, self.meta, src)
                     expected = min(self.meta.chunk_tokens, self.meta.n_tokens - c * self.meta.chunk_tokens)
-                    if chunk.experts.ndim != 3 or chunk.experts.shape[0] != expected:
+                    if chunk.experts.ndim != 3:
+                        raise SimError(f"chunk {c}: experts has shape {chunk.experts.shape}; expected (tokens, "
+                                       f"n_layers={self.meta.n_layers}, top_k={self.meta.top_k})", source=src,
+                                       field="experts")
+                    if chunk.experts.shape[0] != expected:
                         raise SimError(f"chunk {c} holds {chunk.experts.shape[0] if chunk.experts.ndim else 0} "
                                        f"tokens; the metadata (n_tokens={self.meta.n_tokens}, chunk_tokens="
                                        f"{self.meta.chunk_tokens}) implies {expected}", source=src, field="experts")
@@ -333,10 +386,60 @@ def _csr(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return offsets, ids.astype(np.int32, copy=False)
 
 
-def _read_chunk(zf: zipfile.ZipFile, c: int, meta: TraceMeta) -> TraceChunk:
+# Deflate expands at most ~1032:1, so a member's data cannot exceed this many times its stored size.
+_MAX_DEFLATE_RATIO = 1032
+# The dtype readers compute with: any integer dtype or byte order in a file is cast to these (after
+# a range check), so compiled kernels see one signature and uint64 offsets or '>i4' ids just work.
+CANONICAL = {"offsets": np.dtype(np.int64), "ids": np.dtype(np.int32), "experts": np.dtype(np.int16),
+             "pred_offsets": np.dtype(np.int64), "pred_ids": np.dtype(np.int32)}
+
+
+def read_member(zf: zipfile.ZipFile, name: str) -> np.ndarray:
+    """One ``.npy`` member of the zip, its header checked against the member's size first: a
+    header declaring 10^12 ids in a few bytes is a corrupt trace, not an allocation of TiB."""
+    info = zf.getinfo(name)
+    with zf.open(info) as fh:
+        version = np.lib.format.read_magic(fh)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(fh)
+        else:
+            shape, _, dtype = np.lib.format.read_array_header_2_0(fh) if version == (2, 0) else \
+                np.lib.format._read_array_header(fh, version)  # type: ignore[attr-defined]
+    declared = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    room = info.file_size
+    if info.compress_type != zipfile.ZIP_STORED:
+        room = min(room, info.compress_size * _MAX_DEFLATE_RATIO + 4096)
+    if declared > room:
+        raise SimError(f"member {name} declares shape {tuple(shape)} of {dtype} ({declared} bytes) but holds at "
+                       f"most {room} bytes; the trace is corrupt", field=name.removesuffix(".npy"))
+    with zf.open(info) as fh:
+        return np.lib.format.read_array(fh, allow_pickle=False)
+
+
+def canonical(arr: np.ndarray, kind: str, prefix: str, source: str) -> np.ndarray:
+    """``arr`` in the dtype readers expect for ``kind``, native byte order; values outside that
+    dtype's range are an error (a cast would wrap them into valid-looking ids)."""
+    target = CANONICAL[kind]
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "iu":
+        return arr  # check_chunk names the wrong dtype
+    if arr.dtype == target:
+        return arr
+    if arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        info = np.iinfo(target)
+        if lo < info.min or hi > info.max:
+            raise SimError(f"{prefix}: {kind} holds {lo if lo < info.min else hi}, outside {target}'s range "
+                           f"[{info.min}, {info.max}]", source=source, field=kind)
+    return arr.astype(target)
+
+
+def _read_chunk(zf: zipfile.ZipFile, c: int, meta: TraceMeta, source: str = "<trace>") -> TraceChunk:
     def arr(kind: str) -> np.ndarray:
-        with zf.open(f"c{c:05d}_{kind}.npy") as fh:
-            return np.lib.format.read_array(fh, allow_pickle=False)
+        try:
+            raw = read_member(zf, f"c{c:05d}_{kind}.npy")
+        except SimError as err:
+            raise SimError(err.detail, source=source, field=err.field) from None
+        return canonical(raw, kind, f"chunk at token {c * meta.chunk_tokens}", source)
 
     pred_off = pred_ids = None
     if meta.has_predictions:

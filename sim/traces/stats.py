@@ -40,7 +40,7 @@ from typing import Any
 import numba as nb
 import numpy as np
 
-from sim.traces.format import Trace
+from sim.traces.format import Trace, require_tokens
 
 K_MAX = 10
 POPULARITY_PERCENTS = (1, 5, 10, 20, 50)
@@ -218,6 +218,7 @@ def _curve(counts: np.ndarray, weights: np.ndarray) -> np.ndarray:
 
 def trace_stats(trace: Trace) -> dict[str, Any]:
     """All statistics of ``trace`` (one pass over its chunks), as a JSON-ready dict."""
+    require_tokens(trace, "statistics")  # else every figure is a zero, not an answer
     meta = trace.meta
     n_l, n_e, k, n = meta.n_layers, meta.n_experts, meta.top_k, meta.n_neurons
     n_keys = n_e * n

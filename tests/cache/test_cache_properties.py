@@ -91,3 +91,22 @@ def test_block_replay_equals_step_by_step(stream, cap, name):
     stepped = np.concatenate([other.step(np.array(s)).hit for s in steps])
     np.testing.assert_array_equal(block.hit, stepped)
     assert one.used_bytes == other.used_bytes
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**16), profile_seed=st.integers(0, 2**16), pct=st.sampled_from(["10%", "25%", "50%"]))
+def test_belady_bounds_every_policy_given_another_profile(seed, profile_seed, pct):
+    """`sim cache compare --profile` (issue 18): whatever trace the profile comes from, no policy
+    reads fewer flash bytes than Belady, and no policy that loads only what a step requests has
+    fewer misses; pi2-segmented can have fewer neuron misses only by reading whole clusters."""
+    from cache_helpers import toy_trace
+
+    from sim.cache.compare import compare_trace
+
+    trace, profile = toy_trace(seed=seed), toy_trace(seed=profile_seed)
+    df = compare_trace(trace, "all", pct, neuron_bytes=4, profile=profile).set_index("policy")
+    best = df.loc["belady"]
+    for name, row in df.iterrows():
+        assert row.loaded_bytes >= best.loaded_bytes, name
+        if name != "pi2-segmented":
+            assert row.misses >= best.misses, name

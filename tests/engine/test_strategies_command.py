@@ -57,7 +57,9 @@ def test_placing_the_io_thread_gives_its_default_core_back_to_compute():
 
     run = {"model": "turbosparse-mistral-7b", "offload": 0.5}
     default = sim.check_options("iphone-15-pro", **run)
-    assert default.compute_cores == ["performance"] and default.io_cores == ["performance"]
+    # beside the I/O thread one performance core computes less than the four efficiency cores
+    # together, so they compute too (issue 18: 10.1 tokens/s on the one core, 17.0 with them)
+    assert default.compute_cores == ["performance"] + ["efficiency"] * 4 and default.io_cores == ["performance"]
     moved = sim.check_options("iphone-15-pro", **run, knobs={"io_cores": ["efficiency"]})
     assert moved.compute_cores == ["performance", "performance"] and moved.io_cores == ["efficiency"]
     both = sim.check_options("iphone-15-pro", **run, knobs={"io_cores": ["efficiency"],

@@ -106,6 +106,24 @@ def test_bundled_axis_sets_several_fields_under_one_label(folder):
     assert pts[1].task["device"]["storage"]["read_latency_us"] == load_device("oneplus-12").storage.read_latency_us
 
 
+@pytest.mark.parametrize(("values", "label", "second"), [
+    ([{"label": "a", "device.storage.read_latency_us": 150}, {"label": "a"}], "'a'", 1),
+    ([{"label": 1, "device.storage.read_latency_us": 150}, {}], "1", 1),  # unlabelled: its index
+])
+def test_two_bundles_with_one_label_are_refused(folder, values, label, second):
+    """They were averaged into one plotted point by sweep plot/heatmap without a note (issue 18)."""
+    with pytest.raises(SimError) as info:
+        points(folder, grid={"flash": values})
+    assert info.value.field == f"grid.flash.{second}.label"
+    assert f"label {label} is used by bundles" in str(info.value)
+
+
+def test_a_plain_axis_may_repeat_a_value():
+    """Repeated plain values are replicates, as before; only bundle labels must differ."""
+    spec = spec_from_mapping({"base": base(), "grid": {"decode_tokens": [4, 4]}})
+    assert len(expand(spec)) == 2
+
+
 def test_misspelt_field_is_a_spec_error_but_an_invalid_value_fails_only_its_point(folder):
     with pytest.raises(SimError, match="no field 'seq_red'"):
         points(folder, grid={"device.storage.seq_red": [1]})

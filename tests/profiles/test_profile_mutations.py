@@ -104,3 +104,32 @@ def test_mutated_profiles_fail_cleanly(scratch, case):
         assert err.field == ".".join(str(p) for p in path), (name, op, message)
     else:
         assert not must_fail, f"{name}: {op} at {path} was accepted"
+
+
+# Characters YAML forbids anywhere in a document (PyYAML's reader: all but tab, newline, CR, NEL).
+CONTROL_CHARS = st.sampled_from([chr(c) for c in [*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x20),
+                                                  0x7F, *range(0x80, 0x85), *range(0x86, 0xA0)]])
+
+
+@st.composite
+def control_character_profiles(draw):
+    """A bundled profile's text with one forbidden control character put anywhere (a key, a
+    value, a comment), as a stray keystroke or a binary paste would."""
+    kind, path = draw(st.sampled_from(bundled_files()))
+    text = path.read_text(encoding="utf-8")
+    at = draw(st.integers(0, len(text)))
+    char = draw(CONTROL_CHARS)
+    return kind, text[:at] + char + text[at:], at, char
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=control_character_profiles())
+def test_a_control_character_anywhere_is_one_line_naming_its_line_and_column(scratch, case):
+    kind, text, at, char = case
+    scratch.write_text(text, encoding="utf-8")
+    with pytest.raises(SimError) as info:
+        load_profile_file(kind, scratch)
+    line = text[:at].count("\n") + 1
+    column = at - (text[:at].rfind("\n") + 1) + 1
+    assert str(info.value) == (f"{scratch}: line {line}, column {column}: control character U+{ord(char):04X} "
+                               "is not allowed in YAML; use printable characters, tab or newline")

@@ -189,3 +189,130 @@ def test_from_rows_checks_what_it_is_given():
     with pytest.raises(SimError, match=r"^active: has 3 rows, not a whole number of tokens"):
         Trace.from_rows(good, [np.array([1])] * 3)
     assert Trace.from_rows(good, [np.array([1]), np.array([2, 3])]).meta.n_tokens == 1
+
+
+# Fuzz: traces written by other tools (any integer dtype and byte order, lying .npy headers, odd
+# metadata types). Each must load to the same arrays or fail in one line naming the file.
+
+def _narrowest_fitting(arr: np.ndarray, draw_dtype: np.dtype) -> bool:
+    info = np.iinfo(draw_dtype)
+    return not arr.size or (int(arr.min()) >= info.min and int(arr.max()) <= info.max)
+
+
+INT_DTYPES = st.sampled_from(["i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8"])
+BYTE_ORDERS = st.sampled_from(["<", ">", "="])
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), predictions=st.booleans(), top_k=st.integers(1, 2),
+       kinds=st.dictionaries(st.sampled_from(["offsets", "ids", "experts", "pred_offsets", "pred_ids"]),
+                             st.tuples(INT_DTYPES, BYTE_ORDERS)))
+def test_any_integer_dtype_and_byte_order_loads_to_the_same_arrays(seed, predictions, top_k, kinds):
+    """uint64 offsets (numba TypingError) and '>i4' ids ("Unsupported array dtype") crashed
+    stats and runs: a reader sees the canonical dtypes whatever the file holds."""
+    from trace_helpers import rewrite_members
+
+    from sim.traces.stats import trace_stats
+
+    trace = random_trace(np.random.default_rng(seed), n_experts=3, top_k=top_k, n_neurons=120,
+                         predictions=predictions)
+
+    def change(name: str, arr: np.ndarray) -> np.ndarray:
+        kind = name[len("c00000_"):]
+        if kind not in kinds:
+            return arr
+        code, order = kinds[kind]
+        dtype = np.dtype(order + code)
+        return arr.astype(dtype) if _narrowest_fitting(arr, dtype) else arr.astype(arr.dtype.newbyteorder(order))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = trace.save(Path(tmp) / "plain.npz")
+        other = rewrite_members(plain, Path(tmp) / "other.npz", change)
+        got, want = _arrays(Trace.load(other)), _arrays(Trace.load(plain))
+        for g, w in zip(got, want, strict=True):
+            for a, b in zip(g[1:], w[1:], strict=True):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    assert a.dtype == b.dtype and a.dtype.isnative and np.array_equal(a, b)
+        assert trace_stats(Trace.load(other)) == trace_stats(Trace.load(plain))
+
+
+def test_values_beyond_the_canonical_dtype_are_refused_not_wrapped(tmp_path):
+    """uint64 offsets above int64's range would wrap negative on a cast."""
+    meta, members = valid_parts()
+    members["c00000_offsets"] = np.array([0, 2, 3, 5, 2**63], np.uint64)
+    path = write_raw_trace(tmp_path / "t.npz", meta, members)
+    message = _expect_one_line_error(path, on_read=True)
+    assert "offsets holds 9223372036854775808, outside int64's range" in message
+
+
+def _lying_header(path: Path, meta: dict, members: dict[str, np.ndarray], name: str, shape: tuple) -> Path:
+    import json
+    import zipfile
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        for key, arr in members.items():
+            with zf.open(f"{key}.npy", "w") as fh:
+                if key == name:
+                    np.lib.format.write_array_header_1_0(
+                        fh, {"descr": arr.dtype.str, "fortran_order": False, "shape": shape})
+                    fh.write(arr.tobytes())
+                else:
+                    np.lib.format.write_array(fh, arr, allow_pickle=False)
+        with zf.open("meta.npy", "w") as fh:
+            np.lib.format.write_array(fh, np.frombuffer(json.dumps(meta).encode(), np.uint8), allow_pickle=False)
+    return path
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["c00000_offsets", "c00000_ids", "c00000_experts"]),
+       shape=st.one_of(st.tuples(st.integers(0, 10**15)),
+                       st.tuples(st.integers(0, 10**6), st.integers(0, 10**6)),
+                       st.tuples(st.integers(0, 50), st.integers(0, 4), st.integers(0, 3))))
+def test_a_npy_header_that_cannot_be_true_is_a_corrupt_trace_not_an_allocation(name, shape):
+    """A header declaring 10^12 ids made numpy try to allocate 3.64 TiB."""
+    meta, members = valid_parts()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = _lying_header(Path(tmp) / "t.npz", meta, members, name, shape)
+        try:
+            trace = Trace.load(path)
+            chunks = list(trace.chunks())
+        except SimError as err:
+            assert "\n" not in str(err) and str(path) in str(err)
+            declared = int(np.prod(shape, dtype=object)) * members[name].dtype.itemsize
+            if declared > 10**6:
+                assert "the trace is corrupt" in str(err)
+        else:  # only a header that agrees with the data can load
+            assert shape == members[name].shape
+            assert np.array_equal(chunks[0].ids, members["c00000_ids"])
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("predictor", [1, 2], "meta.predictor: must be a JSON object, got [1, 2]"),
+    ("has_predictions", "no", 'meta.has_predictions: must be true or false, got "no"'),
+    ("has_predictions", 0, "meta.has_predictions: must be true or false, got 0"),
+    ("extra", "x", 'meta.extra: must be a JSON object, got "x"'),
+    ("model", 7, "meta.model: must be a string, got 7"),
+    ("seed", 1.5, "meta.seed: must be an integer or null, got 1.5"),
+    ("seed", True, "meta.seed: must be an integer or null, got true"),
+    ("activation_threshold", "0.1", 'meta.activation_threshold: must be a number or null, got "0.1"'),
+    ("n_tokens", True, "meta.n_tokens: must be an integer, got a boolean"),
+])
+def test_metadata_types_are_checked(tmp_path, capsys, key, value, message):
+    """A list as meta.predictor raised AttributeError in `trace info`; "no" was read as true."""
+    meta, members = valid_parts()
+    path = write_raw_trace(tmp_path / "t.npz", {**meta, key: value}, members)
+    assert message in _expect_one_line_error(path)
+    assert main(["trace", "info", str(path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_two_dimensional_experts_array_names_its_shape(tmp_path):
+    meta, members = valid_parts()
+    members["c00000_experts"] = np.zeros((2, 2), np.int16)
+    message = _expect_one_line_error(write_raw_trace(tmp_path / "t.npz", meta, members), on_read=True)
+    assert "experts has shape (2, 2); expected (tokens, n_layers=2, top_k=1)" in message
+
+
+def test_a_path_of_the_wrong_type_is_a_sim_error():
+    with pytest.raises(SimError, match="expected a trace file path, got int"):
+        Trace.load(123)  # type: ignore[arg-type]

@@ -45,3 +45,16 @@ def valid_parts() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
                "c00000_ids": np.array([1, 4, 7, 0, 3, 5], np.int32),
                "c00000_experts": np.zeros((2, 2, 1), np.int16)}
     return meta, members
+
+
+def rewrite_members(src: Path, dst: Path, change: Any) -> Path:
+    """Copy trace ``src`` to ``dst`` with each array member passed through ``change(name, array)``
+    (names without ``.npy``; ``meta`` is copied as is): a trace written by another tool."""
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w", compression=zipfile.ZIP_DEFLATED) as zout:
+        for name in zin.namelist():
+            with zin.open(name) as fh:
+                arr = np.lib.format.read_array(fh, allow_pickle=False)
+            stem = name.removesuffix(".npy")
+            with zout.open(name, "w") as fh:
+                np.lib.format.write_array(fh, arr if stem == "meta" else change(stem, arr), allow_pickle=False)
+    return dst

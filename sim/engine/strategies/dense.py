@@ -20,7 +20,7 @@ from sim.errors import SimError
 
 class DenseKnobs(Knobs):
     compute_cores: list[str] | None = Field(None, description="compute threads, one CPU cluster name each "
-                                                              "(default: every core but the slowest cluster's)")
+                                                              "(default: every core but a little cluster's)")
     io_cores: list[str] | None = Field(None, description="unused: the dense strategy reads nothing")
     prefill_unit: Unit = Field("cpu", description="where prefill computes (llama.cpp's CPU backend; gpu as "
                                                   "[PI2 §2.3]'s GPU prefill)")

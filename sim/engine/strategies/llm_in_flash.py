@@ -70,7 +70,7 @@ FLASH_IO_THREADS = 32
 
 class LlmInFlashKnobs(Knobs):
     compute_cores: list[str] | None = Field(
-        None, description="compute threads, one CPU cluster name each (default: every core but the slowest "
+        None, description="compute threads, one CPU cluster name each (default: every core but a little "
                           "cluster's)")
     io_cores: list[str] | None = Field(
         None, description="reader threads, one cluster name each (default: 32 threads [FLASH §4])")
@@ -107,7 +107,7 @@ class LlmInFlash(Strategy):
 
     @classmethod
     def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
-        """All but the slowest cluster compute (nothing overlaps, so no core is kept for
+        """All but a little cluster compute (nothing overlaps, so no core is kept for
         I/O); 32 reader threads [FLASH §4] run round-robin on the same cores."""
         compute, _ = default_core_split(device, needs_io=False)
         return compute, spread_threads(compute, FLASH_IO_THREADS)

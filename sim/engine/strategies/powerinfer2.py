@@ -41,7 +41,7 @@ CONVERT_TILES = 8  # pieces a layer's weights are converted in for the prefill's
 
 class PowerInfer2Knobs(Knobs):
     compute_cores: list[str] | None = Field(
-        None, description="compute threads, one CPU cluster name each (default: every core but the slowest "
+        None, description="compute threads, one CPU cluster name each (default: every core but a little "
                           "cluster's and the I/O core)")
     io_cores: list[str] | None = Field(None, description="I/O threads, one cluster name each ([PI2 §5]: one)")
     cluster_neurons: int = Field(512, ge=1, le=2**20, description="neurons per CPU cluster ([PI2 §4.2]: 512 x 4096)")
