@@ -274,14 +274,12 @@ def test_the_largest_allowed_power_figures_give_a_finite_energy():
 def test_memory_and_run_size_the_kv_cache_alike_by_default(capsys):
     """At 7 GB `sim memory` showed a 0.393 GB neuron cache (a 512-token KV cache) and `sim run`
     0.435 GB (its 192 tokens)."""
-    import inspect
-
     import sim
-    from sim.engine.simulation import simulate
+    from sim.engine.config import RunConfig
     from sim.profiles.memory import RUN_CONTEXT_TOKENS
 
-    defaults = inspect.signature(simulate).parameters
-    assert defaults["prompt_tokens"].default + defaults["decode_tokens"].default == RUN_CONTEXT_TOKENS
+    defaults = RunConfig.defaults()
+    assert defaults["prompt_tokens"] + defaults["decode_tokens"] == RUN_CONTEXT_TOKENS
     assert main(["memory", "--memory-budget", "7GB", "--json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     run_plan = sim.check_options("oneplus-12", memory_budget="7GB").plan
