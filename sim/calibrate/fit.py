@@ -126,8 +126,8 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         bound): scipy's own step is relative to x, which vanishes near the lower bound."""
         r = cached(u)
         jac = np.empty((len(r), len(u)))
-        for i in range(len(u)):
-            h = DIFF_STEP if u[i] + DIFF_STEP <= 1.0 else -DIFF_STEP
+        for i, unk in enumerate(unknowns):
+            h = _step(unk, float(u[i]))
             step = u.copy()
             step[i] += h
             jac[:, i] = (cached(step) - r) / h
@@ -151,13 +151,25 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
             sigma[unk.name] = abs(hi - lo) / 2
     except np.linalg.LinAlgError:
         sigma = {unk.name: math.nan for unk in unknowns}
-    at_bound = [unk.name for unk, x in zip(unknowns, sol.x, strict=True) if x <= AT_BOUND or x >= 1 - AT_BOUND]
+    at_bound = [unk.name for unk, x in zip(unknowns, sol.x, strict=True)
+                if x <= AT_BOUND or x >= 1 - AT_BOUND or values[unk] in (unk.from_unit(0.0), unk.from_unit(1.0))]
     warnings = [f"{name} ended at its prior's bound: a sign of a missing mechanism, not a value to trust"
                 for name in at_bound]
     ids = [str(p["id"]) for p in points]
     return FitResult(unknowns, {u.name: v for u, v in values.items()}, sigma, at_bound, ids,
                      dict(zip(ids, sol.fun.tolist(), strict=True)), dict(zip(ids, r0.tolist(), strict=True)),
                      evaluations, decode_tokens, warnings)
+
+
+def _step(unknown: Unknown, u: float) -> float:
+    """A difference step in unit coordinates that moves the value: DIFF_STEP (backwards near
+    the top bound), widened for an integer unknown until its rounded value changes (else its
+    gradient reads zero)."""
+    sign = 1.0 if u + DIFF_STEP <= 1.0 else -1.0
+    h = DIFF_STEP
+    while unknown.integer and h < 0.5 and unknown.from_unit(min(max(u + sign * h, 0.0), 1.0)) == unknown.from_unit(u):
+        h *= 1.5
+    return sign * h
 
 
 def today() -> str:

@@ -184,7 +184,7 @@ def check_options(config: RunConfig | str | Path | DeviceProfile | None = None, 
                      (u != "cpu" and accelerator(dev, u) is not None)]
             choice = f"choose one of {', '.join(units)}" if units else "leave it out to run on the CPU"
             raise SimError(f"{dev.name} has no {unit}; {choice}", field=knob)
-    compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0)
+    compute, io = strat_cls.default_cores(dev, needs_io=plan.offload_fraction > 0, knobs=knob_values)
     given_compute, given_io = getattr(knob_values, "compute_cores", None), getattr(knob_values, "io_cores", None)
     if given_io and not given_compute and plan.offload_fraction > 0:  # the I/O thread's default core computes
         compute = strat_cls.default_compute_beside(dev, list(given_io))

@@ -147,3 +147,16 @@ def test_calibrate_params_lists_the_registry(capsys):
     names = {u["name"] for u in json.loads(capsys.readouterr().out)}
     assert names == {u.name for u in load_unknowns()}
     assert main(["calibrate", "--params", "nope-*"]) == 2
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.floats(0, 1))
+def test_the_difference_step_moves_every_unknown_value(u):
+    """An integer unknown's rounded value must change across the step, or its gradient reads 0."""
+    from sim.calibrate.fit import _step
+
+    for unknown in load_unknowns():
+        h = _step(unknown, u)
+        assert 0 <= u + h <= 1
+        if unknown.integer and abs(h) < 0.5:
+            assert unknown.from_unit(u + h) != unknown.from_unit(u), unknown.name

@@ -137,8 +137,10 @@ class Strategy(ABC):
         return []
 
     @classmethod
-    def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
-        """(compute cores, I/O cores) when the user gives none: see each strategy."""
+    def default_cores(cls, device: DeviceProfile, needs_io: bool = True,
+                      knobs: Any = None) -> tuple[list[str], list[str]]:
+        """(compute cores, I/O cores) when the user gives none: see each strategy (``knobs``:
+        the run's knob values, for a strategy whose default depends on one)."""
         return default_core_split(device, needs_io)
 
     @classmethod

@@ -21,6 +21,7 @@ each layer's whole weights.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from pydantic import Field
@@ -115,7 +116,8 @@ class LlamaCpp(Strategy):
     readers_share_compute = True  # see default_cores
 
     @classmethod
-    def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
+    def default_cores(cls, device: DeviceProfile, needs_io: bool = True,
+                      knobs: Any = None) -> tuple[list[str], list[str]]:
         """Compute as the dense strategy with the model in DRAM (no core kept for I/O): the
         compute threads themselves take the page faults."""
         compute, _ = default_core_split(device, needs_io=False)

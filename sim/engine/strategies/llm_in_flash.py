@@ -41,7 +41,7 @@ them (unified memory on both the M1 Max and the phones).
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import Field
@@ -73,7 +73,12 @@ class LlmInFlashKnobs(Knobs):
         None, description="compute threads, one CPU cluster name each (default: every core but a little "
                           "cluster's)")
     io_cores: list[str] | None = Field(
-        None, description="reader threads, one cluster name each (default: 32 threads [FLASH §4])")
+        None, description="reader threads, one cluster name each (default: `readers` threads spread over the "
+                          "compute cores)")
+    readers: int | None = Field(
+        None, ge=1, le=1024, description="reader threads, each with one blocking read in flight, when io_cores is not "
+                                         "given (default 32 [FLASH §4]; a port that reads synchronously from the "
+                                         "compute path has about one)")
     hybrid: bool = Field(True, description="non-FFN weights stay in DRAM ([FLASH Table 2]); false: naive loading")
     predictor: bool = Field(True, description="the low-rank predictor selects the neurons to load ([FLASH §3.1])")
     window_k: int = Field(5, ge=0, le=2**16,
@@ -106,11 +111,12 @@ class LlmInFlash(Strategy):
     readers_share_compute = True  # see default_cores
 
     @classmethod
-    def default_cores(cls, device: DeviceProfile, needs_io: bool = True) -> tuple[list[str], list[str]]:
+    def default_cores(cls, device: DeviceProfile, needs_io: bool = True,
+                      knobs: Any = None) -> tuple[list[str], list[str]]:
         """All but a little cluster compute (nothing overlaps, so no core is kept for
-        I/O); 32 reader threads [FLASH §4] run round-robin on the same cores."""
+        I/O); ``readers`` reader threads (32 [FLASH §4]) run round-robin on the same cores."""
         compute, _ = default_core_split(device, needs_io=False)
-        return compute, spread_threads(compute, FLASH_IO_THREADS)
+        return compute, spread_threads(compute, getattr(knobs, "readers", None) or FLASH_IO_THREADS)
 
     def __init__(self, ctx: RunContext, knobs: LlmInFlashKnobs):
         super().__init__(ctx, knobs)
