@@ -305,3 +305,24 @@ def test_the_api_refuses_huge_integers_and_wrong_types_in_one_line():
         with pytest.raises(SimError) as info:
             call()
         assert info.value.field == field and "\n" not in str(info.value)
+
+
+# 15. a --tokens-csv that cannot be written (a full disk) keeps the results and names the flag and file
+
+RUN_FAST = ["run", "--mode", "analytic", "--model", "llama-2-7b", "--prompt-tokens", "2", "--decode-tokens", "2",
+            "--warmup-tokens", "0"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("json_out", [True, False])
+def test_a_tokens_csv_on_a_full_disk_keeps_the_results_and_names_flag_and_file(tmp_path, capsys, json_out):
+    full = tmp_path / "tokens.csv"
+    full.symlink_to("/dev/full")  # opens for writing (the up-front check passes), every write fails
+    assert main([*RUN_FAST, "--tokens-csv", str(full), *(["--json"] if json_out else [])]) == 2
+    out, err = capsys.readouterr()
+    if json_out:
+        assert json.loads(out)["decode_tokens_per_s"] > 0
+    else:
+        assert "decode_tokens_per_s" in out
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert f"{full}: --tokens-csv: " in err and "No space left on device" in err
