@@ -326,3 +326,30 @@ def test_a_tokens_csv_on_a_full_disk_keeps_the_results_and_names_flag_and_file(t
         assert "decode_tokens_per_s" in out
     assert err.startswith("error: ") and err.count("\n") == 1, err
     assert f"{full}: --tokens-csv: " in err and "No space left on device" in err
+
+
+# 16. messages that say what is wrong, naming each flag once
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["profiles", "show", "./nope.yaml"], "./nope.yaml: NAME: no such file"),
+    (["profiles", "show", "{tmp}/"], "is a folder"),
+    (["sweep", "run", "{tmp}/spec.yaml", "--out", "{tmp}/r.parquet", "--commit-every", "inf"],
+     "--commit-every: must be finite"),
+    (["run", "--offload", "abc"], "--offload: Input should be a valid number"),
+    (["run", "--tokens-csv", "{tmp}/file/t.csv"], "{tmp}/file/t.csv: --tokens-csv: {tmp}/file is not a folder"),
+    (["run", "--timeline", "{tmp}/file/a/b.json"], "--timeline: {tmp}/file is not a folder"),
+    (["trace", "record", "--model", "llama-2-7b", "--text", "{tmp}", "--tokens", "2", "--out", "{tmp}/t.npz"],
+     "{tmp}: --text: is a folder"),
+    (["trace", "record", "--model", "smollm2-135m", "--text", "{tmp}", "--other-text", "{tmp}/file", "--tokens", "2",
+      "--out", "{tmp}/t.npz"], "{tmp}: --text: is a folder"),
+    (["run", "--memory-budget", "1e30GB"], "--memory-budget: 1e+30 GB exceeds"),
+])
+def test_messages_say_what_is_wrong(tmp_path, capsys, argv, expected):
+    (tmp_path / "file").write_text("a file\n")
+    (tmp_path / "spec.yaml").write_text("base: {}\n")
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    err = _one_line_error(capsys)
+    assert expected.format(tmp=tmp_path) in err
+    for flag in (a for a in argv if a.startswith("--") and a in expected):
+        assert err.count(flag) == 1, err  # each flag named once
+    assert "Invalid value for" not in err and "File exists" not in err and "unknown profile" not in err
