@@ -8,6 +8,7 @@ or a ``register(app)`` function (top-level commands). User errors surface as one
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 
 import typer
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                 opts = getattr(param, "opts", None) or [getattr(param, "name", "")]
                 where = f"{opts[0]}: "
             message = " ".join(str(exc.format_message()).split())
+            if where:  # click's "Invalid value for '--x': ..." would name the flag a second time
+                message = re.sub(r"^Invalid value for '[^']*': ", "", message)
             if message or where:  # an empty one is `sim` with no arguments: the help was the answer
                 print(f"error: {where}{message}", file=sys.stderr)
             return int(exc.exit_code) or 2

@@ -61,6 +61,11 @@ def check_output(path: Path | None, flag: str, *, suffixes: tuple[str, ...] = ()
         raise SimError("is a folder; give a file name", source=str(path), field=flag)
     check_not_an_input(path, flag, inputs or {})
     check_suffix(path, flag, suffixes)
+    for parent in path.parents:  # the nearest that exists must be a folder (mkdir says only "File exists")
+        if parent.exists():
+            if not parent.is_dir():
+                raise SimError(f"{parent} is not a folder; give a path inside a folder", source=str(path), field=flag)
+            break
     try:
         if directory:
             if path.exists() and not path.is_dir():

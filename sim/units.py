@@ -90,5 +90,5 @@ def format_bytes(n: float) -> str:
     """Human-readable bytes in SI units (GB), matching how the papers quote memory."""
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
         if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
+            return f"{n / scale:.2f} {unit}" if abs(n / scale) < 1e6 else f"{n / scale:.6g} {unit}"  # no float noise
     return f"{int(n)} B"

@@ -303,3 +303,51 @@ def test_the_api_refuses_huge_integers_and_wrong_types_in_one_line():
         with pytest.raises(SimError) as info:
             call()
         assert info.value.field == field and "\n" not in str(info.value)
+
+
+# 15. a --tokens-csv that cannot be written (a full disk) keeps the results and names the flag and file
+
+RUN_FAST = ["run", "--mode", "analytic", "--model", "llama-2-7b", "--prompt-tokens", "2", "--decode-tokens", "2",
+            "--warmup-tokens", "0"]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("json_out", [True, False])
+def test_a_tokens_csv_on_a_full_disk_keeps_the_results_and_names_flag_and_file(tmp_path, capsys, json_out):
+    full = tmp_path / "tokens.csv"
+    full.symlink_to("/dev/full")  # opens for writing (the up-front check passes), every write fails
+    assert main([*RUN_FAST, "--tokens-csv", str(full), *(["--json"] if json_out else [])]) == 2
+    out, err = capsys.readouterr()
+    if json_out:
+        assert json.loads(out)["decode_tokens_per_s"] > 0
+    else:
+        assert "decode_tokens_per_s" in out
+    assert err.startswith("error: ") and err.count("\n") == 1, err
+    assert f"{full}: --tokens-csv: " in err and "No space left on device" in err
+
+
+# 16. messages that say what is wrong, naming each flag once
+
+@pytest.mark.parametrize(("argv", "expected"), [
+    (["profiles", "show", "./nope.yaml"], "./nope.yaml: NAME: no such file"),
+    (["profiles", "show", "{tmp}/"], "is a folder"),
+    (["sweep", "run", "{tmp}/spec.yaml", "--out", "{tmp}/r.parquet", "--commit-every", "inf"],
+     "--commit-every: must be finite"),
+    (["run", "--offload", "abc"], "--offload: Input should be a valid number"),
+    (["run", "--tokens-csv", "{tmp}/file/t.csv"], "{tmp}/file/t.csv: --tokens-csv: {tmp}/file is not a folder"),
+    (["run", "--timeline", "{tmp}/file/a/b.json"], "--timeline: {tmp}/file is not a folder"),
+    (["trace", "record", "--model", "llama-2-7b", "--text", "{tmp}", "--tokens", "2", "--out", "{tmp}/t.npz"],
+     "{tmp}: --text: is a folder"),
+    (["trace", "record", "--model", "smollm2-135m", "--text", "{tmp}", "--other-text", "{tmp}/file", "--tokens", "2",
+      "--out", "{tmp}/t.npz"], "{tmp}: --text: is a folder"),
+    (["run", "--memory-budget", "1e30GB"], "--memory-budget: 1e+30 GB exceeds"),
+])
+def test_messages_say_what_is_wrong(tmp_path, capsys, argv, expected):
+    (tmp_path / "file").write_text("a file\n")
+    (tmp_path / "spec.yaml").write_text("base: {}\n")
+    assert main([a.format(tmp=tmp_path) for a in argv]) == 2
+    err = _one_line_error(capsys)
+    assert expected.format(tmp=tmp_path) in err
+    for flag in (a for a in argv if a.startswith("--") and a in expected):
+        assert err.count(flag) == 1, err  # each flag named once
+    assert "Invalid value for" not in err and "File exists" not in err and "unknown profile" not in err

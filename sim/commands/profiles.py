@@ -52,6 +52,9 @@ def show(name: str = typer.Argument(..., help="Profile name or path."),
             kind_here = detect_kind(path) if "/" in name or name.endswith((".yaml", ".yml")) else kind
             matches.append(load_profile_file(kind_here, path))
             break
+    if not matches and ("/" in name or name.endswith((".yaml", ".yml"))):  # a path, not a misspelt name
+        raise SimError("is a folder; give a profile file (.yaml)" if Path(name).is_dir() else "no such file",
+                       source=name, field="NAME")
     if not matches:
         names = ", ".join(bundled_names("device") + bundled_names("model"))
         raise SimError(f"unknown profile {name!r}; bundled: {names}", field="NAME")

@@ -164,15 +164,19 @@ def run(
         from sim.plots import draw_gantt
 
         draw_gantt(result.spans, gantt)
-    if tokens_csv is not None:
-        result.tokens.to_csv(tokens_csv, index=False)
     if json_out:
         # the run's configuration as resolved (defaults, knobs, core layout) rides along for reproducibility
         # the base profiles as given and the edits on them make the run reproducible
         config = {**result.config, "base_profiles": {"device": device, "model": model}, "overrides": overrides}
-        print(json_text({**result.summary, "config": config}))
-        return
-    _print_table({**result.summary, "config": result.config}, typed, list(overrides))
+        print(json_text({**result.summary, "config": config}), flush=True)
+    else:
+        _print_table({**result.summary, "config": result.config}, typed, list(overrides))
+    if tokens_csv is not None:  # after the results, so a write that fails (a full disk) loses only the CSV
+        try:
+            result.tokens.to_csv(tokens_csv, index=False)
+        except OSError as exc:
+            raise SimError(f"cannot write the per-token CSV (the results above are complete): "
+                           f"{exc.strerror or exc}", source=str(tokens_csv), field="--tokens-csv") from None
 
 
 def _fmt(value: Any) -> str:

@@ -7,6 +7,7 @@ axis and ``sim sweep heatmap results.parquet --x ... --y ... --value ...`` over 
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -68,8 +69,8 @@ def run(
                        field="--dask")
     if dask is not None and scheduler is not None:
         raise SimError("give either --dask local or --scheduler ADDRESS, not both", field="--dask")
-    if not commit_every >= 0:
-        raise SimError(f"must be >= 0 seconds, got {commit_every}", field="--commit-every")
+    if not 0 <= commit_every < math.inf:
+        raise SimError(f"must be finite and >= 0 seconds, got {commit_every}", field="--commit-every")
     if not spec.is_file():
         raise SimError("is a folder; give a spec file (.yaml)" if spec.is_dir() else "no such spec file",
                        source=str(spec))

@@ -72,7 +72,8 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
         return
     check_int(seed, "--seed")
     if not text.is_file():
-        raise SimError("no such text file", source=str(text), field="--text")
+        raise SimError("is a folder; give a text file" if text.is_dir() else "no such text file", source=str(text),
+                       field="--text")
     check_output(out, "--out", suffixes=TRACE_SUFFIXES, inputs={"--model": model, "--text": text})
     try:
         from sim.inference.recorder import record_trace
@@ -94,7 +95,8 @@ def _record_decode(model: str, text: Path, tokens: int, out: Path, seed: int, de
         raise SimError("a decoder trace needs a second text for its thresholds and predictor", field="--other-text")
     for flag, path in (("--text", text), ("--other-text", other_text)):
         if not path.is_file():
-            raise SimError("no such text file", source=str(path), field=flag)
+            raise SimError("is a folder; give a text file" if path.is_dir() else "no such text file",
+                           source=str(path), field=flag)
     check_output(out, "--out", suffixes=TRACE_SUFFIXES)
     from sim.inference.decode_trace import record_decode_trace
     from sim.inference.llama import load_llama, resolve_gguf

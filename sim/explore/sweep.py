@@ -137,7 +137,7 @@ def run_sweep(spec: SweepSpec | str | Path, out: str | Path, *, workers: int = 1
     check_output(Path(out), "--out", suffixes=(".parquet",))
     if isinstance(commit_every_s, bool) or not isinstance(commit_every_s, numbers.Real) \
             or not 0 <= commit_every_s < math.inf:
-        raise SimError(f"must be a number of seconds >= 0, got {commit_every_s!r}", field="--commit-every")
+        raise SimError(f"must be a finite number of seconds >= 0, got {commit_every_s!r}", field="--commit-every")
     points, source = spec_points(spec, base_dir)
     check_points(points, source)
     axes = axes_frame(points)
