@@ -64,7 +64,8 @@ def check_output(path: Path | None, flag: str, *, suffixes: tuple[str, ...] = ()
     for parent in path.parents:  # the nearest that exists must be a folder (mkdir says only "File exists")
         if parent.exists():
             if not parent.is_dir():
-                raise SimError(f"{parent} is not a folder; give a path inside a folder", source=str(path), field=flag)
+                raise SimError(f"cannot write: {parent} is not a folder; give a path inside a folder",
+                               source=str(path), field=flag)
             break
     try:
         if directory:
