@@ -352,3 +352,27 @@ def test_messages_say_what_is_wrong(tmp_path, capsys, argv, expected):
     for flag in (a for a in argv if a.startswith("--") and a in expected):
         assert err.count(flag) == 1, err  # each flag named once
     assert "Invalid value for" not in err and "File exists" not in err and "unknown profile" not in err
+
+
+# 17. notebook 03 finds its trace from any working folder, or says where it looked
+
+def _notebook_setup_cell() -> str:
+    notebook = json.loads((Path(__file__).parents[1] / "notebooks" / "03_cache_policies.ipynb").read_text())
+    code = next("".join(c["source"]) for c in notebook["cells"] if "ROOT =" in "".join(c["source"]))
+    return "\n".join(line for line in code.splitlines() if not line.startswith("%"))
+
+
+def test_notebook_03_finds_the_trace_outside_the_repository(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, object] = {}
+    exec(_notebook_setup_cell(), namespace)
+    assert (namespace["ROOT"] / "traces" / "minilm-l6-v2.npz").is_file()
+
+
+def test_notebook_03_without_a_checkout_says_where_it_looked(tmp_path, monkeypatch):
+    import sim
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sim, "__file__", str(tmp_path / "site-packages" / "sim" / "__init__.py"))
+    with pytest.raises(FileNotFoundError, match=r"minilm-l6-v2\.npz is not in .*checkout of the phonesim repository"):
+        exec(_notebook_setup_cell(), {})
