@@ -74,6 +74,7 @@ def ablate(**options: Any) -> None:
                     f"{r['speedup_total']:.2f}x", f"{r['cache_hit_ratio']:.1%}",
                     f"{r['flash_bytes_per_token'] / 1e6:.3g}", _busiest(r))
     console = Console(width=120)
+    run_cmd.print_edits(console, request)
     console.print(out)
     for warning in dict.fromkeys(w for r in rows for w in r["warnings"]):
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -153,7 +153,7 @@ def run(
                   "overrides": request.overrides}
         print(json_text({**result.summary, "config": config}), flush=True)
     else:
-        _print_table({**result.summary, "config": result.config}, request.typed, list(request.overrides))
+        _print_table({**result.summary, "config": result.config}, request)
     if tokens_csv is not None:  # after the results, so a write that fails (a full disk) loses only the CSV
         try:
             result.tokens.to_csv(tokens_csv, index=False)
@@ -237,10 +237,15 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> None:
+def print_edits(console: Console, request: RunRequest) -> None:
+    """A what-if says so before its figures: each profile edit, as it was typed."""
+    for key in request.overrides:
+        console.print(f"with --set {key}={request.typed[key]}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_table(s: dict[str, Any], request: RunRequest) -> None:
     console = Console()
-    for key in edits:  # a what-if says so before its figures, as it was typed
-        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False, soft_wrap=True)
+    print_edits(console, request)
     head = Table(title=f"{s['model']} on {s['device']} ({s['strategy']}, {s['mode']})", show_header=False)
     for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
                 "latency_ms_p99", "cache_hit_ratio", "cache_miss_ratio_mean", "cache_miss_ratio_p99",
