@@ -81,7 +81,8 @@ def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset:
 
 
 # Generated traces kept between runs (each as a ReplayTrace, so the chunks stay in memory
-# up to its byte limit): a sweep or a planner simulates many points on the same trace.
+# up to its byte limit): a sweep or a planner simulates many points on the same trace. Across
+# processes and runs they come from the on-disk store (sim.traces.store).
 GENERATED_TRACE_CACHE = 2
 # Chunks of a lazy trace read (or generated) ahead on a background thread while the engine runs.
 TRACE_READ_AHEAD = 2
@@ -92,9 +93,10 @@ _GENERATED: OrderedDict[tuple, Trace] = OrderedDict()
 
 
 def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -> Trace:
-    """The synthetic trace of preset ``name`` for this model's shape, generated once per process."""
+    """The synthetic trace of preset ``name`` for this model's shape: kept in this process, and
+    generated only if the on-disk store (:mod:`sim.traces.store`) does not hold it yet."""
     from sim.traces.params import PRESET_DIR, SynthDims, preset_names
-    from sim.traces.synth import synth_trace
+    from sim.traces.store import stored_synth_trace
 
     if name not in preset_names():
         raise SimError(f"no synthetic-trace preset {name!r}; presets: {', '.join(preset_names())} "
@@ -105,7 +107,7 @@ def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -
     if key in _GENERATED:
         _GENERATED.move_to_end(key)
         return _GENERATED[key]
-    trace = replayable(synth_trace(name, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS),
+    trace = replayable(stored_synth_trace(name, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS),
                        read_ahead=TRACE_READ_AHEAD)
     _GENERATED[key] = trace
     while len(_GENERATED) > GENERATED_TRACE_CACHE:

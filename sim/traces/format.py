@@ -491,10 +491,19 @@ def save_trace(path: str | Path, meta: TraceMeta, chunks: Iterable[TraceChunk], 
     if isinstance(version, bool) or version not in READ_VERSIONS:
         raise SimError(f"must be one of {', '.join(map(str, READ_VERSIONS))}, got {version!r}", field="version")
     path = Path(path)
+    if version == 2:
+        writer = TraceWriter(path, meta)
+        try:
+            for chunk in chunks:
+                writer.add(chunk)
+        except BaseException:
+            writer.abort()
+            raise
+        return writer.close()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")  # one per writer
     try:
-        (_write_v2 if version == 2 else _write_zip)(tmp, path, meta, chunks)
+        _write_zip(tmp, path, meta, chunks)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -533,25 +542,65 @@ class _ChunkCounter:
         return final
 
 
-def _write_v2(tmp: Path, path: Path, meta: TraceMeta, chunks: Iterable[TraceChunk]) -> None:
-    """Version 2: each chunk is encoded and compressed on a second thread (both release the
-    GIL) while the next one is produced, so writing a generated trace costs about as much as
-    generating it."""
-    from sim.traces.codec import encode_chunk
+class TraceWriter:
+    """A version-2 trace file written chunk by chunk: :meth:`add` each chunk in order, then
+    :meth:`close` (which renames the ``.part`` file into place) or :meth:`abort`.
 
-    counter = _ChunkCounter(meta, path)
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_STORED) as zf, \
-            ThreadPoolExecutor(1, thread_name_prefix="trace-encode") as pool:
-        pending = None
-        for c, chunk in enumerate(chunks):
-            counter.add(chunk)
-            job = (c, pool.submit(encode_chunk, chunk, meta))
-            if pending is not None:
-                zf.writestr(f"c{pending[0]:05d}.zst", pending[1].result())
-            pending = job
-        if pending is not None:
-            zf.writestr(f"c{pending[0]:05d}.zst", pending[1].result())
-        zf.writestr(V2_META, counter.final(2).to_json())
+    Each chunk is encoded and compressed on a second thread (both release the GIL) while
+    the caller produces the next, so writing a generated trace costs about as much as
+    generating it.
+    """
+
+    def __init__(self, path: str | Path, meta: TraceMeta):
+        from sim.traces.codec import encode_chunk
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")  # one per writer
+        self._meta, self._encode = meta, encode_chunk
+        self._counter = _ChunkCounter(meta, self.path)
+        self._zip: zipfile.ZipFile | None = zipfile.ZipFile(self._tmp, "w", compression=zipfile.ZIP_STORED)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="trace-encode")
+        self._pending: tuple[int, Any] | None = None
+        self._n = 0
+
+    def add(self, chunk: TraceChunk) -> None:
+        assert self._zip is not None, "the writer is closed"
+        self._counter.add(chunk)
+        job = (self._n, self._pool.submit(self._encode, chunk, self._meta))
+        self._n += 1
+        self._flush()
+        self._pending = job
+
+    def _flush(self) -> None:
+        if self._pending is not None and self._zip is not None:
+            index, frame = self._pending
+            self._zip.writestr(f"c{index:05d}.zst", frame.result())
+            self._pending = None
+
+    def close(self) -> Path:
+        """Finish the file: the last chunk, the metadata, then the rename into place."""
+        assert self._zip is not None, "the writer is closed"
+        try:
+            self._flush()
+            self._zip.writestr(V2_META, self._counter.final(2).to_json())
+            self._zip.close()
+            self._zip = None
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self._pool.shutdown()
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial file (safe to call more than once)."""
+        self._pool.shutdown(cancel_futures=True)
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
+        self._tmp.unlink(missing_ok=True)
 
 
 def _write_zip(tmp: Path, path: Path, meta: TraceMeta, chunks: Iterable[TraceChunk]) -> None:
