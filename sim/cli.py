@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _console() -> None:
+    from sim import compile_notice
+
+    compile_notice.install()  # a first run says that it is compiling kernels, instead of seconds of silence
     sys.exit(main())
 
 
