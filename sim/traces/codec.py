@@ -76,10 +76,11 @@ def max_payload_bytes(meta, n_tokens: int) -> int:
     return _HEAD.size + 5 * _LEN.size + 2 * rows + sets * rows * (4 + 5 * meta.n_neurons)
 
 
-def decode_chunk(frame: bytes, meta, index: int, n_tokens: int, source: str):
-    """The :class:`~sim.traces.format.TraceChunk` ``index`` of ``n_tokens`` tokens from its frame."""
-    from sim.traces.format import TraceChunk
-
+def decode_chunk(frame: bytes, meta, index: int, n_tokens: int,
+                 source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """Chunk ``index`` (``n_tokens`` tokens) from its frame: offsets, ids, experts, predicted
+    offsets and ids (None without predictions), the fields of a
+    :class:`~sim.traces.format.TraceChunk`."""
     start = index * meta.chunk_tokens
     where = f"chunk at token {start}"
 
@@ -141,4 +142,4 @@ def decode_chunk(frame: bytes, meta, index: int, n_tokens: int, source: str):
     pred_offsets = pred_ids = None
     if has_pred:
         pred_offsets, pred_ids = K.xor_rows(*rows_of(3, pos + lengths[1] + lengths[2], "pred_ids"), offsets, ids)
-    return TraceChunk(start, offsets, ids, experts, pred_offsets, pred_ids)
+    return offsets, ids, experts, pred_offsets, pred_ids

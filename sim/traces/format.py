@@ -371,7 +371,8 @@ class Trace:
                     if self.meta.version == 2:
                         from sim.traces.codec import decode_chunk
 
-                        yield decode_chunk(zf.read(f"c{c:05d}.zst"), self.meta, c, expected, src)
+                        yield TraceChunk(c * self.meta.chunk_tokens,
+                                         *decode_chunk(zf.read(f"c{c:05d}.zst"), self.meta, c, expected, src))
                         continue
                     chunk = _read_chunk(zf, c, self.meta, src)
                     if chunk.experts.ndim != 3:
