@@ -116,6 +116,7 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
+    from sim import kernel_warmup
     from sim.engine.config import RunConfig
     from sim.engine.simulation import simulate
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
@@ -147,7 +148,11 @@ def run(
                               preset=preset, memory_budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
                               prompt_tokens=prompt_tokens, decode_tokens=decode_tokens, warmup_tokens=warmup_tokens,
                               profile_tokens=profile_tokens, policy=policy, seed=seed, mode=mode, knobs=knobs)
-        result = simulate(config, timeline=timeline is not None or gantt is not None)
+        helper = kernel_warmup.start(config)  # a first run: the engine's kernels compile beside the trace's
+        try:
+            result = simulate(config, timeline=timeline is not None or gantt is not None)
+        finally:
+            kernel_warmup.stop(helper)
     except SimError as exc:  # a knob error: `--set KNOB: ...`, as a profile field's, or the plan file's
         knob = exc.field.split(".")[0] if exc.field and exc.field != "(top level)" else None
         if exc.source == "--set" or (exc.source is None and knob in knobs):
