@@ -7,10 +7,10 @@ Each figure is a separate ``sim run`` process (``python -m sim run``, the consol
 path, with ``--decode-tokens`` as given), timed from start to exit:
 
 - fresh: an empty numba cache and an empty trace store (a new install), the target's case;
-- fresh kernels, trace stored: an empty numba cache, the trace already in the store (after an
-  update of the simulator's kernels);
-- warm: both cached, the baseline measured in the same run (the ratio fresh / warm is what the
-  compilation costs on this machine, whatever its load).
+- fresh kernels, trace stored: another empty numba cache, the trace already in the store
+  (kernels invalidated by an update, a trace made before);
+- warm: the same command again, everything it needs cached: the baseline measured in the same
+  run (fresh / warm is what compiling costs on this machine, whatever its load).
 
     python benchmarks/first_run.py [--decode-tokens 128]
 """
@@ -46,7 +46,7 @@ def main() -> None:
         numba_dir, store, numba_dir2 = Path(tmp) / "numba", Path(tmp) / "store", Path(tmp) / "numba2"
         fresh_s, out, err = run(argv, numba_dir, store)
         again_s, _, err_again = run(argv, numba_dir2, store)  # new kernels, trace already stored
-        warm_s, _, err_warm = run(argv, numba_dir, store)
+        warm_s, _, err_warm = run(argv, numba_dir2, store)  # everything this path needs is cached now
     notice = next((line for line in err.splitlines() if line.startswith(HEADER)), None)
     result = next((line for line in out.splitlines() if "decode_tokens_per_s" in line), "").strip()
     print(f"sim run --decode-tokens {args.decode_tokens} (OnePlus 12, TurboSparse-Mixtral-47B, powerinfer2)")
