@@ -15,7 +15,7 @@ import pytest
 import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from trace_helpers import random_trace
+from trace_helpers import assert_same_arrays, random_trace
 
 from sim.cli import main
 from sim.errors import SimError
@@ -23,21 +23,6 @@ from sim.traces import codec
 from sim.traces.format import Trace
 from sim.traces.params import SynthDims
 from sim.traces.synth import synth_trace
-
-
-def _arrays(trace: Trace) -> list[tuple]:
-    return [(c.start, c.offsets, c.ids, c.experts, c.pred_offsets, c.pred_ids) for c in trace.chunks()]
-
-
-def _same_arrays(a: Trace, b: Trace) -> None:
-    got, want = _arrays(a), _arrays(b)
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        assert g[0] == w[0]
-        for x, y in zip(g[1:], w[1:], strict=True):
-            assert (x is None) == (y is None)
-            if x is not None:
-                assert x.dtype == y.dtype and np.array_equal(x, y)
 
 
 @settings(max_examples=40, deadline=None)
@@ -54,8 +39,8 @@ def test_version_2_and_version_1_files_hold_the_same_arrays(tmp_path_factory, se
     v1, v2 = Trace.load(trace.save(tmp / "v1.npz", version=1)), Trace.load(trace.save(tmp / "v2.npz"))
     assert (v1.meta.version, v2.meta.version) == (1, 2)
     assert replace(v1.meta, version=2) == v2.meta == replace(trace.meta, version=2)
-    _same_arrays(v2, trace)
-    _same_arrays(v2, v1)
+    assert_same_arrays(v2, trace)
+    assert_same_arrays(v2, v1)
 
 
 @pytest.fixture(scope="module")

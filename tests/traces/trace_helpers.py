@@ -26,6 +26,19 @@ def random_trace(rng: np.random.Generator, *, n_layers: int = 2, n_neurons: int 
     return Trace.from_rows(meta, active, experts, predicted)
 
 
+def assert_same_arrays(a: Trace, b: Trace) -> None:
+    """Both traces hold the same chunks: starts, and every array with its dtype."""
+    got = [(c.start, c.offsets, c.ids, c.experts, c.pred_offsets, c.pred_ids) for c in a.chunks()]
+    want = [(c.start, c.offsets, c.ids, c.experts, c.pred_offsets, c.pred_ids) for c in b.chunks()]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g[0] == w[0]
+        for x, y in zip(g[1:], w[1:], strict=True):
+            assert (x is None) == (y is None)
+            if x is not None:
+                assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
 def write_raw_trace(path: Path, meta: dict[str, Any], members: dict[str, np.ndarray]) -> Path:
     """Write a version-1 trace file member by member, so tests can plant any defect."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
