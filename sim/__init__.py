@@ -9,6 +9,7 @@ simpy, numba and pandas)::
     result.summary["decode_tokens_per_s"]
     faster = sim.edit_device(device, {"cpu.clusters.big.cores": 3})  # a what-if, as `sim run --set`
     same = sim.simulate(sim.RunConfig(device="oneplus-12", offload=0.5))  # a run as one object
+    sim.analytic_decode_tokens_per_s(sim.RunConfig(device=faster, offload=0.5))  # ms once the trace's plans are kept
 
 The package holds the code; the bundled data lives in top-level folders of the repository
 (``device_profiles/``, ``model_profiles/``, ``trace_presets/``, ``validation/``) and ships in
@@ -37,6 +38,7 @@ _API = {
     "simulate": "sim.engine.simulation",
     "check_options": "sim.engine.simulation",
     "SimResult": "sim.engine.simulation",
+    "analytic_decode_tokens_per_s": "sim.engine.reevaluate",
     "run_sweep": "sim.explore.sweep",
     "plan": "sim.explore.planner",
     "validate": "sim.validation",

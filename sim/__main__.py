@@ -1,7 +1,5 @@
-"""``python -m sim`` runs the CLI."""
+"""``python -m sim`` runs the CLI, as the ``sim`` console script does."""
 
-import sys
+from sim.cli import _console
 
-from sim.cli import main
-
-sys.exit(main())
+_console()

@@ -29,7 +29,7 @@ INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as shells report i
 # Command modules, in help order. Groups are mounted under their name; modules with
 # ``register`` add top-level commands.
 COMMAND_MODULES = ["run", "ablate", "strategies", "validate", "calibrate", "profiles", "profile_device", "memory",
-                   "cache", "trace", "sweep", "plan", "infer"]
+                   "cache", "cache_dir", "trace", "sweep", "plan", "infer"]
 
 
 def _mount() -> None:
@@ -96,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _console() -> None:
+    from sim import compile_notice
+
+    compile_notice.install()  # a first run says that it is compiling kernels, instead of seconds of silence
     sys.exit(main())
 
 

@@ -73,7 +73,7 @@ def _rewritten(tmp_path: Path, plain: Path, how: str) -> Path:
     ["cache", "compare", "--trace", "{t}", "--sizes", "10%,50%"],
 ])
 def test_trace_commands_read_any_dtype_and_byte_order(tmp_path, capsys, how, argv):
-    plain = toy_trace().save(tmp_path / "plain.npz")
+    plain = toy_trace().save(tmp_path / "plain.npz", version=1)  # version 1 stores arrays as written
     other = _rewritten(tmp_path, plain, how)
     outputs = []
     for trace in (plain, other):
@@ -88,7 +88,7 @@ def test_trace_commands_read_any_dtype_and_byte_order(tmp_path, capsys, how, arg
 def test_a_run_reads_any_dtype_and_byte_order(tmp_path, capsys, how):
     from sim.traces.synth import synth_trace
 
-    plain = synth_trace("llama-2-7b", "llama-2-7b", 6).save(tmp_path / "plain.npz")
+    plain = synth_trace("llama-2-7b", "llama-2-7b", 6).save(tmp_path / "plain.npz", version=1)
     other = _rewritten(tmp_path, plain, how)
     figures = []
     for trace in (plain, other):

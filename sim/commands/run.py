@@ -106,6 +106,7 @@ def run(
     **options: Any,
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
+    from sim import kernel_warmup
     from sim.engine.simulation import simulate
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
@@ -120,7 +121,11 @@ def run(
                 raise SimError("the analytic cost model has no timeline; drop it or use --mode des", field=flag)
     request = run_request(plan=plan, sets=sets, **options)
     with request.knob_errors():
-        result = simulate(request.config, timeline=timeline is not None or gantt is not None)
+        helper = kernel_warmup.start(request.config)  # a first run: the engine's kernels compile beside the trace's
+        try:
+            result = simulate(request.config, timeline=timeline is not None or gantt is not None)
+        finally:
+            kernel_warmup.stop(helper)
     result.summary["warnings"] = request.warnings + list(result.summary.get("warnings", []))
     if timeline is not None:
         from sim.engine.timeline import write_perfetto

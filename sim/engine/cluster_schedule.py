@@ -75,7 +75,8 @@ def _swap(times, seqs, kinds, ids, a, b):
 
 @njit(cache=True)
 def _push(times, seqs, kinds, ids, st, t, kind, ident):
-    """Schedule an event (a binary heap over four parallel arrays)."""
+    """Schedule an event (a binary heap over four parallel arrays). Callers pass ``kind`` as an
+    int64: a module constant would reach numba as a literal, one compilation per kind."""
     i = st[_SIZE]
     st[_SIZE] = i + 1
     times[i] = t
@@ -141,7 +142,7 @@ def schedule_ffn_phase(now, gate_reads, ud_reads, job_bytes, job_ops, has_ud, th
     reads = np.array([gate_block, gate_gbps, ud_block, ud_gbps, latency_s])
     end = now
     if npu_end > now:
-        _push(heap_t, heap_s, heap_k, heap_i, st, npu_end, _NPU, -1)
+        _push(heap_t, heap_s, heap_k, heap_i, st, npu_end, np.int64(_NPU), np.int64(-1))
         st[_NPU_ON] = 1
     for c in range(n_clusters):  # every cluster starts at once, in order
         _advance(c, now, stage, gate_reads, ud_reads, has_ud, job_bytes, job_ops, thread_rate, thread_mem, rates,
@@ -246,7 +247,7 @@ def _start_read(c, s, now, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s,
     gbps = reads[1] if s == 0 else reads[3]
     d = reads[4] + n_req * block / (gbps * 1e9)
     io_busy[0] += d
-    _push(heap_t, heap_s, heap_k, heap_i, st, now + d, _READ, c)
+    _push(heap_t, heap_s, heap_k, heap_i, st, now + d, np.int64(_READ), c)
 
 
 @njit(cache=True)
@@ -269,7 +270,7 @@ def _start_job(c, s, th, now, job_bytes, job_ops, thread_rate, thread_mem, rates
         memory_s = wb / (bw * 1e9) if wb > 0 else 0.0
         d = max(memory_s, ops / (rate * 1e9))
     thread_busy[th] += d
-    _push(heap_t, heap_s, heap_k, heap_i, st, now + d, _JOB, c * thread_rate.shape[0] + th)
+    _push(heap_t, heap_s, heap_k, heap_i, st, now + d, np.int64(_JOB), c * thread_rate.shape[0] + th)
 
 
 @njit(cache=True)

@@ -6,6 +6,7 @@ charge exactly the same work; only how the work is scheduled differs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -105,3 +106,13 @@ class ModelCosts:
         cannot compute on this format): read them packed, write them converted."""
         out = get_format(to_dtype, hidden=self.model.hidden).packed_bytes(n_weights)
         return Work(self.fmt.packed_bytes(n_weights) + out, DEQUANT_OPS_PER_WEIGHT * n_weights)
+
+
+def affine_in_count(time_of: Callable[[float], float], ref: float = 2.0**20) -> tuple[float, float]:
+    """(intercept, slope) of a time that is affine in a count ``n > 0``: a roofline at a fixed
+    arithmetic intensity plus a fixed latency or launch overhead (a batch of flash reads, an
+    accelerator call). Two evaluations give both, so a caller can apply the device models to
+    many counts as array operations (the analytic mode's re-evaluation)."""
+    one, many = time_of(1.0), time_of(ref + 1.0)
+    slope = (many - one) / ref
+    return one - slope, slope

@@ -82,7 +82,8 @@ def resolve_trace(model: ModelProfile, trace: str | Path | Trace | None, preset:
 
 
 # Generated traces kept between runs (each as a ReplayTrace, so the chunks stay in memory
-# up to its byte limit): a sweep or a planner simulates many points on the same trace.
+# up to its byte limit): a sweep or a planner simulates many points on the same trace. Across
+# processes and runs they come from the on-disk store (sim.traces.store).
 GENERATED_TRACE_CACHE = 2
 # Chunks of a lazy trace read (or generated) ahead on a background thread while the engine runs.
 TRACE_READ_AHEAD = 2
@@ -93,9 +94,10 @@ _GENERATED: OrderedDict[tuple, Trace] = OrderedDict()
 
 
 def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -> Trace:
-    """The synthetic trace of preset ``name`` for this model's shape, generated once per process."""
+    """The synthetic trace of preset ``name`` for this model's shape: kept in this process, and
+    generated only if the on-disk store (:mod:`sim.traces.store`) does not hold it yet."""
     from sim.traces.params import PRESET_DIR, SynthDims, preset_names
-    from sim.traces.synth import synth_trace
+    from sim.traces.store import stored_synth_trace
 
     if name not in preset_names():
         raise SimError(f"no synthetic-trace preset {name!r}; presets: {', '.join(preset_names())} "
@@ -106,7 +108,7 @@ def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -
     if key in _GENERATED:
         _GENERATED.move_to_end(key)
         return _GENERATED[key]
-    trace = replayable(synth_trace(name, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS),
+    trace = replayable(stored_synth_trace(name, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS),
                        read_ahead=TRACE_READ_AHEAD)
     _GENERATED[key] = trace
     while len(_GENERATED) > GENERATED_TRACE_CACHE:
@@ -225,34 +227,13 @@ def simulate(config: RunConfig | str | Path | DeviceProfile | None = None, model
         raise SimError("the analytic cost model has no timeline; drop it or use mode 'des'", field="--timeline")
     setup = check_options(cfg)
     dev, mod, strat_cls, knob_values, plan = setup.device, setup.model, setup.strategy, setup.knobs, setup.plan
-    trace, preset, mode, policy = cfg.trace, cfg.preset, cfg.mode, cfg.policy
+    trace, preset, mode, seed = cfg.trace, cfg.preset, cfg.mode, cfg.seed
     prompt_tokens, decode_tokens, warmup_tokens = cfg.prompt_tokens, cfg.decode_tokens, cfg.warmup_tokens
-    profile_tokens, seed = cfg.profile_tokens, cfg.seed
-    # Trace tokens: [0, profile) are the offline profiling run (PowerInfer ranks hot neurons on
-    # a profiling dataset, not on the tokens it then serves), [profile, +warmup) warm the cache,
-    # and the rest are decoded. profile_tokens=0 profiles on the decoded tokens themselves (an
-    # oracle profile). By default a generated trace gets DEFAULT_PROFILE_TOKENS extra tokens;
-    # a given trace is used as it is (profile 0) unless profile_tokens says otherwise.
-    run_warnings = strat_cls.run_warnings(cfg)
-    if profile_tokens is None:
-        profile_tokens = DEFAULT_PROFILE_TOKENS if trace is None else 0
-        if trace is not None and strat_cls.keeps_profile:
-            run_warnings.append("the hot-neuron profile comes from the decoded tokens themselves (an oracle that "
-                                "knows the future, so the hot set is optimistic); --profile-tokens N profiles on "
-                                "the trace's first N tokens instead")
+    tr, profile_tokens, run_warnings = run_trace(setup)
     first = profile_tokens + warmup_tokens
-    counts = [flag for flag, n in (("--profile-tokens", profile_tokens), ("--warmup-tokens", warmup_tokens)) if n]
-    tr = replayable(resolve_trace(mod, trace, preset, first + decode_tokens, seed,
-                                  counts_field="/".join([*counts, "--decode-tokens"])), read_ahead=TRACE_READ_AHEAD)
-    if tr.meta.model and tr.meta.model != mod.name:
-        run_warnings.append(f"the trace is of {tr.meta.model}, the run simulates {mod.name}: same FFN shape, "
-                            f"but the activations (sparsity, locality) are {tr.meta.model}'s")
     env = simpy.Environment()
     machine = Machine(env, dev, setup.compute_cores, setup.io_cores, record_spans=timeline)
-    pop = popularity(tr, 0, profile_tokens) if profile_tokens else popularity(tr, first, first + decode_tokens)
-    ctx = RunContext(mod, dev, plan, ModelCosts(mod, plan.weights_dtype), tr.meta, machine, pop, prompt_tokens,
-                     np.random.default_rng(seed), policy)
-    strat = strat_cls(ctx, knob_values)
+    strat = make_strategy(setup, tr.meta, profile_counts(setup, tr, profile_tokens), machine)
 
     rows: list[dict[str, Any]] = []
     warm = TokenStats()
@@ -314,6 +295,50 @@ def simulate(config: RunConfig | str | Path | DeviceProfile | None = None, model
     if trace is not None and not isinstance(trace, str | Path):
         config["trace"] = None  # an in-memory trace has no name to record
     return SimResult(df, summary, machine.spans, config, machine.usage if mode == "des" else None)
+
+
+def run_trace(setup: RunSetup) -> tuple[Trace, int, list[str]]:
+    """The run's trace (kept in memory as it is read), its profile tokens and its warnings.
+
+    Trace tokens: [0, profile) are the offline profiling run (PowerInfer ranks hot neurons on
+    a profiling dataset, not on the tokens it then serves), [profile, +warmup) warm the cache,
+    and the rest are decoded. profile_tokens=0 profiles on the decoded tokens themselves (an
+    oracle profile). By default a generated trace gets DEFAULT_PROFILE_TOKENS extra tokens;
+    a given trace is used as it is (profile 0) unless profile_tokens says otherwise.
+    """
+    cfg, mod, strat_cls = setup.config, setup.model, setup.strategy
+    trace, profile_tokens, warmup_tokens = cfg.trace, cfg.profile_tokens, cfg.warmup_tokens
+    run_warnings = strat_cls.run_warnings(cfg)
+    if profile_tokens is None:
+        profile_tokens = DEFAULT_PROFILE_TOKENS if trace is None else 0
+        if trace is not None and strat_cls.keeps_profile:
+            run_warnings.append("the hot-neuron profile comes from the decoded tokens themselves (an oracle that "
+                                "knows the future, so the hot set is optimistic); --profile-tokens N profiles on "
+                                "the trace's first N tokens instead")
+    first = profile_tokens + warmup_tokens
+    counts = [flag for flag, n in (("--profile-tokens", profile_tokens), ("--warmup-tokens", warmup_tokens)) if n]
+    tr = replayable(resolve_trace(mod, trace, cfg.preset, first + cfg.decode_tokens, cfg.seed,
+                                  counts_field="/".join([*counts, "--decode-tokens"])), read_ahead=TRACE_READ_AHEAD)
+    if tr.meta.model and tr.meta.model != mod.name:
+        run_warnings.append(f"the trace is of {tr.meta.model}, the run simulates {mod.name}: same FFN shape, "
+                            f"but the activations (sparsity, locality) are {tr.meta.model}'s")
+    return tr, profile_tokens, run_warnings
+
+
+def profile_counts(setup: RunSetup, tr: Trace, profile_tokens: int) -> np.ndarray:
+    """The offline profile (activations per neuron key) the run's strategy gets (see :func:`run_trace`)."""
+    first = profile_tokens + setup.config.warmup_tokens
+    if profile_tokens:
+        return popularity(tr, 0, profile_tokens)
+    return popularity(tr, first, first + setup.config.decode_tokens)
+
+
+def make_strategy(setup: RunSetup, meta: TraceMeta, pop: np.ndarray, machine: Machine) -> Any:
+    """The run's strategy on ``machine``, for a trace of ``meta`` with offline profile ``pop``."""
+    cfg, mod, plan = setup.config, setup.model, setup.plan
+    ctx = RunContext(mod, setup.device, plan, ModelCosts(mod, plan.weights_dtype), meta, machine, pop,
+                     cfg.prompt_tokens, np.random.default_rng(cfg.seed), cfg.policy)
+    return setup.strategy(ctx, setup.knobs)
 
 
 def _row(i: int, latency_s: float, stats: TokenStats, busy: dict[str, float]) -> dict[str, Any]:

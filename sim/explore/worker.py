@@ -7,7 +7,8 @@ becomes the row's ``error`` so one bad point cannot stop a sweep.
 
 Synthetic traces are kept per process: the points of a sweep mostly share a model, preset,
 seed and length, and generating a Mixtral-sized trace costs seconds, so each worker
-generates it once and replays the in-memory copy. The copy is exactly what ``simulate``
+replays one in-memory copy, read from the on-disk trace store (:mod:`sim.traces.store`)
+when another worker or an earlier run has made it. The copy is exactly what ``simulate``
 would generate itself (same generator, dimensions, token count and seed).
 """
 

@@ -279,7 +279,7 @@ def drift_events(key, t0, t1, rate, regular):
 
 
 @nb.njit(cache=True)
-def _shuffle_share(p, z, grp, share, static_p, s_pick, s_shuffle, idx, uni, with_pred, with_groups):
+def _shuffle_share(p, z, grp, share, static_p, s_pick, s_shuffle, idx, uni, with_pred):
     """Pick each mobile neuron with probability ``share`` and shuffle the picked ones' propensities.
 
     Neurons with a propensity of at least ``static_p`` are static (hot in every context)
@@ -305,7 +305,7 @@ def _shuffle_share(p, z, grp, share, static_p, s_pick, s_shuffle, idx, uni, with
         p[a], p[b] = p[b], p[a]
         if with_pred:
             z[a], z[b] = z[b], z[a]
-        if with_groups:
+        if grp is not None:
             grp[a], grp[b] = grp[b], grp[a]
     return m
 
@@ -322,7 +322,6 @@ def _shift_pool(t, layer, e, key, share, static_p, p_by_id, refresh, state, last
     (new) propensities anyway. Every draw is keyed by (``t``, layer, expert), so applying
     it later, just before the pool's next step, gives the same result as at ``t``.
     """
-    with_groups = group_size > 0
     last = last_t[layer, e]
     st = state[layer, e]
     zst = z_state[layer, e] if with_pred else z_state[0, 0]
@@ -333,7 +332,7 @@ def _shift_pool(t, layer, e, key, share, static_p, p_by_id, refresh, state, last
         rg = 1.0 - (1.0 - refresh[layer]) ** gap
         rz = 1.0 - (1.0 - z_refresh[layer]) ** gap
         s0 = stream_seed(key, t, layer, e, STREAM_CATCH_UP)
-        if with_groups:
+        if group_of_id is not None:
             _step_chain_groups(p, st, rg, s0, stream_seed(key, t, layer, e, STREAM_CATCH_UP_GROUPS),
                                group_of_id[layer, e], group_p[layer], strength, gev)
             if with_pred:
@@ -342,9 +341,13 @@ def _shift_pool(t, layer, e, key, share, static_p, p_by_id, refresh, state, last
             _step_with_predictor(p, st, rg, z, zst, rz, recall[layer], s0, keep)
         else:
             _step_chain(p, st, rg, s0)
-    m = _shuffle_share(p, z, group_of_id[layer, e] if with_groups else group_of_id[0, 0], share[layer],
-                       static_p[layer], stream_seed(key, t, layer, e, STREAM_DRIFT_PICK),
-                       stream_seed(key, t, layer, e, STREAM_DRIFT_SHUFFLE), idx, uni, with_pred, with_groups)
+    s_pick = stream_seed(key, t, layer, e, STREAM_DRIFT_PICK)
+    s_shuffle = stream_seed(key, t, layer, e, STREAM_DRIFT_SHUFFLE)
+    if group_of_id is None:
+        m = _shuffle_share(p, z, None, share[layer], static_p[layer], s_pick, s_shuffle, idx, uni, with_pred)
+    else:
+        m = _shuffle_share(p, z, group_of_id[layer, e], share[layer], static_p[layer], s_pick, s_shuffle, idx, uni,
+                           with_pred)
     if last >= 0:
         s_state = stream_seed(key, t, layer, e, STREAM_DRIFT_STATE)
         for j in range(m):  # the picked neurons start afresh in the new context
@@ -360,7 +363,8 @@ def _shift_pool(t, layer, e, key, share, static_p, p_by_id, refresh, state, last
 def _grown(buf, used, need):
     """A copy of ``buf[:used]`` in a buffer of at least ``need`` entries (doubling)."""
     out = np.empty(max(need, 2 * buf.shape[0]), buf.dtype)
-    out[:used] = buf[:used]
+    for i in range(used):  # a loop: a slice copy makes numba compile its shape-mismatch message (seconds)
+        out[i] = buf[i]
     return out
 
 
@@ -391,8 +395,8 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
     gev = np.zeros(max(group_p.shape[1], 1), np.uint8)
     idx = np.empty(p_by_id.shape[2] if drift_rate > 0.0 else 1, np.int64)
     uni = np.empty(idx.shape[0], np.float64)
-    n = 0
-    m = 0
+    n = np.int64(0)  # not the literal 0: numba would compile _emit and _grown once more for it
+    m = np.int64(0)
     row = 0
     # Context shifts are applied to a pool lazily, just before its next step (or at the end of
     # the chunk): the same draws, but on state the step is about to load anyway, instead of a
@@ -427,7 +431,7 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
                 last_t[layer, e] = t
                 st = state[layer, e]
                 zst = z_state[layer, e] if with_pred else z_state[0, 0]
-                if group_size > 0:
+                if group_of_id is not None:
                     _step_chain_groups(p_by_id[layer, e], st, rg, stream_seed(key, t, layer, e, STREAM_NEURONS),
                                        stream_seed(key, t, layer, e, STREAM_GROUPS), group_of_id[layer, e],
                                        group_p[layer], strength, gev)

@@ -4,8 +4,15 @@ A trace records, for each token and layer, which experts the router chose and wh
 neurons fired in each chosen expert (dense models have one expert, ``top_k = 1``), and
 optionally which neurons the predictor expected. It is the contract between the numpy
 inference core / synthetic generator (writers) and the cache and engine (readers).
+``traces/FORMAT.md`` describes both versions for other tools.
 
-Layout (one compressed ``.npz``, format version 1):
+Both versions are a zip file (``.npz``) of a metadata member and one or more members per
+chunk of ``meta.chunk_tokens`` consecutive tokens, so a reader touches one chunk at a
+time. Writers produce version 2 (:mod:`sim.traces.codec`: each chunk one zstd frame of
+row-to-row differences, ~10x smaller and faster to write than version 1); readers take
+both, and ``save_trace(..., version=1)`` still writes version 1.
+
+Version 1 (one compressed ``.npz``):
 
 - ``meta``: UTF-8 JSON of :class:`TraceMeta`.
 - Rows are ``(token, layer, slot)`` with ``slot < top_k``; row index
@@ -16,18 +23,23 @@ Layout (one compressed ``.npz``, format version 1):
   ``c{c:05d}_experts`` (int16, shape (tokens, n_layers, top_k)), and when the trace has
   predictions ``c{c:05d}_pred_offsets`` / ``c{c:05d}_pred_ids`` of the same form.
 
-Chunks are separate zip members, so a reader touches one chunk at a time: a 10k-token
-Mixtral-47B trace (~10^9 ids) never has to be in memory at once. The writer streams
-chunks into the zip, so producing one does not need it in memory either.
+Version 2: ``meta.json`` (the same metadata as UTF-8 JSON) and one stored (uncompressed)
+member ``c{c:05d}.zst`` per chunk, decoded to the same arrays (see :mod:`sim.traces.codec`).
+
+Chunks are separate zip members, so a 10k-token Mixtral-47B trace (~10^9 ids) never has
+to be in memory at once. The writers stream chunks into the zip, so producing one does
+not need it in memory either.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +48,9 @@ import numpy as np
 
 from sim.errors import SimError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # what the writers produce
+READ_VERSIONS = (1, 2)
+V2_META = "meta.json"
 SOURCES = ("recorded", "synthetic")
 
 
@@ -77,10 +91,10 @@ class TraceMeta:
         if not isinstance(raw, dict):
             raise SimError("metadata must be a JSON object", source=source, field="meta")
         version = raw.get("version")
-        if version != FORMAT_VERSION:
+        if isinstance(version, bool) or version not in READ_VERSIONS:
             raise SimError(
-                f"unsupported trace format version {version!r}; this simulator reads version {FORMAT_VERSION}",
-                source=source, field="meta.version",
+                f"unsupported trace format version {version!r}; this simulator reads versions "
+                f"{', '.join(map(str, READ_VERSIONS))}", source=source, field="meta.version",
             )
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(raw) - known)
@@ -309,22 +323,33 @@ class Trace:
         try:
             with zipfile.ZipFile(path) as zf:
                 names = set(zf.namelist())
-                if "meta.npy" not in names:
-                    raise SimError("not a trace file: no 'meta' member", source=src, field="meta")
-                raw = read_member(zf, "meta.npy")
+                if V2_META in names:
+                    text = zf.read(V2_META).decode("utf-8", errors="replace")
+                elif "meta.npy" in names:
+                    raw = read_member(zf, "meta.npy")
+                    if raw.dtype.kind not in "iu" or raw.ndim != 1:
+                        raise SimError(f"metadata must be a 1-D array of UTF-8 bytes, got {raw.dtype} of shape "
+                                       f"{raw.shape}", field="meta")
+                    text = bytes(raw.astype(np.uint8)).decode("utf-8", errors="replace")
+                else:
+                    raise SimError("not a trace file: no 'meta' member", field="meta")
         except (zipfile.BadZipFile, EOFError, OSError, ValueError, zlib.error) as exc:
             raise SimError(f"cannot read trace (truncated or not an .npz trace: {exc})", source=src) from None
         except SimError as err:
             raise SimError(err.detail, source=src, field=err.field) from None
-        if raw.dtype.kind not in "iu" or raw.ndim != 1:
-            raise SimError(f"metadata must be a 1-D array of UTF-8 bytes, got {raw.dtype} of shape {raw.shape}",
-                           source=src, field="meta")
-        meta = TraceMeta.from_json(bytes(raw.astype(np.uint8)).decode("utf-8", errors="replace"), src)
-        n_chunks = -(-meta.n_tokens // meta.chunk_tokens)
-        for c in range(n_chunks):
-            for kind in ("offsets", "ids", "experts"):
-                if f"c{c:05d}_{kind}.npy" not in names:
-                    raise SimError(f"member c{c:05d}_{kind} is missing (truncated trace?)", source=src, field=kind)
+        meta = TraceMeta.from_json(text, src)
+        container = 2 if V2_META in names else 1
+        if meta.version != container:
+            raise SimError(f"says version {meta.version} but is laid out as version {container}", source=src,
+                           field="meta.version")
+        for c in range(-(-meta.n_tokens // meta.chunk_tokens)):
+            members = [f"c{c:05d}.zst"] if container == 2 else [f"c{c:05d}_{k}.npy" for k in ("offsets", "ids",
+                                                                                             "experts")]
+            for member in members:
+                if member not in names:
+                    kind = member.removesuffix(".npy")[len("c00000_"):] or member
+                    raise SimError(f"member {member.removesuffix('.npy')} is missing (truncated trace?)", source=src,
+                                   field=kind if container == 1 else member)
         return cls(meta, None, path=path)
 
     # -- reading ------------------------------------------------------------------------
@@ -342,8 +367,14 @@ class Trace:
         try:
             with zipfile.ZipFile(self.path) as zf:
                 for c in range(self.n_chunks):
-                    chunk = _read_chunk(zf, c, self.meta, src)
                     expected = min(self.meta.chunk_tokens, self.meta.n_tokens - c * self.meta.chunk_tokens)
+                    if self.meta.version == 2:
+                        from sim.traces.codec import decode_chunk
+
+                        yield TraceChunk(c * self.meta.chunk_tokens,
+                                         *decode_chunk(zf.read(f"c{c:05d}.zst"), self.meta, c, expected, src))
+                        continue
+                    chunk = _read_chunk(zf, c, self.meta, src)
                     if chunk.experts.ndim != 3:
                         raise SimError(f"chunk {c}: experts has shape {chunk.experts.shape}; expected (tokens, "
                                        f"n_layers={self.meta.n_layers}, top_k={self.meta.top_k})", source=src,
@@ -374,8 +405,8 @@ class Trace:
         chunk = self.chunk_for(t)
         return chunk.experts[t - chunk.start, layer]
 
-    def save(self, path: str | Path) -> Path:
-        return save_trace(path, self.meta, self.chunks())
+    def save(self, path: str | Path, *, version: int = FORMAT_VERSION) -> Path:
+        return save_trace(path, self.meta, self.chunks(), version=version)
 
 
 def _csr(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -449,57 +480,147 @@ def _read_chunk(zf: zipfile.ZipFile, c: int, meta: TraceMeta, source: str = "<tr
     return TraceChunk(c * meta.chunk_tokens, arr("offsets"), arr("ids"), arr("experts"), pred_off, pred_ids)
 
 
-def save_trace(path: str | Path, meta: TraceMeta, chunks: Iterable[TraceChunk]) -> Path:
-    """Stream chunks into a compressed ``.npz``; tokens are counted as they are written.
+def save_trace(path: str | Path, meta: TraceMeta, chunks: Iterable[TraceChunk], *,
+               version: int = FORMAT_VERSION) -> Path:
+    """Stream chunks into a trace file (``version`` 2 by default, 1 on request); tokens are
+    counted as they are written, and the file appears only when complete (a ``.part`` file
+    beside it is renamed over it, so readers never see half a trace).
 
     The metadata's ``n_tokens`` is set from what was written, and each chunk must hold
     ``meta.chunk_tokens`` tokens except the last.
     """
+    if isinstance(version, bool) or version not in READ_VERSIONS:
+        raise SimError(f"must be one of {', '.join(map(str, READ_VERSIONS))}, got {version!r}", field="version")
     path = Path(path)
+    if version == 2:
+        writer = TraceWriter(path, meta)
+        try:
+            for chunk in chunks:
+                writer.add(chunk)
+        except BaseException:
+            writer.abort()
+            raise
+        return writer.close()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".part")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")  # one per writer
     try:
         _write_zip(tmp, path, meta, chunks)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
-    tmp.replace(path)
+    os.replace(tmp, path)
     return path
 
 
-def _write_zip(tmp: Path, path: Path, meta: TraceMeta, chunks: Iterable[TraceChunk]) -> None:
-    from dataclasses import replace
+class _ChunkCounter:
+    """The rules every writer applies to the chunks it is given, and the metadata it ends with."""
 
-    n_tokens = 0
-    has_pred = None
+    def __init__(self, meta: TraceMeta, path: Path):
+        self.meta, self.path = meta, path
+        self.n_tokens = 0
+        self.has_pred: bool | None = None
+        self._last_short = False
+
+    def add(self, chunk: TraceChunk) -> None:
+        if self._last_short:
+            raise SimError("only the last chunk may hold fewer than chunk_tokens tokens", source=str(self.path))
+        if chunk.n_tokens != self.meta.chunk_tokens:
+            self._last_short = True
+        chunk_has_pred = chunk.pred_offsets is not None
+        if self.has_pred is None:
+            self.has_pred = chunk_has_pred
+        elif self.has_pred != chunk_has_pred:
+            raise SimError("either every chunk has predicted sets or none does", source=str(self.path))
+        self.n_tokens += chunk.n_tokens
+
+    def final(self, version: int) -> TraceMeta:
+        from dataclasses import replace
+
+        has_pred = self.meta.has_predictions if self.has_pred is None else self.has_pred  # no chunk: keep the flag
+        final = replace(self.meta, n_tokens=self.n_tokens, has_predictions=bool(has_pred), version=version,
+                        prompt_tokens=min(self.meta.prompt_tokens, self.n_tokens))
+        final.check(str(self.path))
+        return final
+
+
+class TraceWriter:
+    """A version-2 trace file written chunk by chunk: :meth:`add` each chunk in order, then
+    :meth:`close` (which renames the ``.part`` file into place) or :meth:`abort`.
+
+    Each chunk is encoded and compressed on a second thread (both release the GIL) while
+    the caller produces the next, so writing a generated trace costs about as much as
+    generating it.
+    """
+
+    def __init__(self, path: str | Path, meta: TraceMeta):
+        from sim.traces.codec import encode_chunk
+
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}-{secrets.token_hex(4)}.part")  # one per writer
+        self._meta, self._encode = meta, encode_chunk
+        self._counter = _ChunkCounter(meta, self.path)
+        self._zip: zipfile.ZipFile | None = zipfile.ZipFile(self._tmp, "w", compression=zipfile.ZIP_STORED)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="trace-encode")
+        self._pending: tuple[int, Any] | None = None
+        self._n = 0
+
+    def add(self, chunk: TraceChunk) -> None:
+        assert self._zip is not None, "the writer is closed"
+        self._counter.add(chunk)
+        job = (self._n, self._pool.submit(self._encode, chunk, self._meta))
+        self._n += 1
+        self._flush()
+        self._pending = job
+
+    def _flush(self) -> None:
+        if self._pending is not None and self._zip is not None:
+            index, frame = self._pending
+            self._zip.writestr(f"c{index:05d}.zst", frame.result())
+            self._pending = None
+
+    def close(self) -> Path:
+        """Finish the file: the last chunk, the metadata, then the rename into place."""
+        assert self._zip is not None, "the writer is closed"
+        try:
+            self._flush()
+            self._zip.writestr(V2_META, self._counter.final(2).to_json())
+            self._zip.close()
+            self._zip = None
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
+        finally:
+            self._pool.shutdown()
+        return self.path
+
+    def abort(self) -> None:
+        """Drop the partial file (safe to call more than once)."""
+        self._pool.shutdown(cancel_futures=True)
+        if self._zip is not None:
+            self._zip.close()
+            self._zip = None
+        self._tmp.unlink(missing_ok=True)
+
+
+def _write_zip(tmp: Path, path: Path, meta: TraceMeta, chunks: Iterable[TraceChunk]) -> None:
+    """Version 1: every array a deflated ``.npy`` member."""
+    counter = _ChunkCounter(meta, path)
     # Level 1: sorted int32 ids compress about as well as at level 6, several times faster.
     with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as zf:
-        last_short = False
         for c, chunk in enumerate(chunks):
-            if last_short:
-                raise SimError("only the last chunk may hold fewer than chunk_tokens tokens", source=str(path))
-            if chunk.n_tokens != meta.chunk_tokens:
-                last_short = True
+            counter.add(chunk)
             arrays = {"offsets": chunk.offsets.astype(np.int64, copy=False),
                       "ids": chunk.ids.astype(np.int32, copy=False),
                       "experts": chunk.experts.astype(np.int16, copy=False)}
-            chunk_has_pred = chunk.pred_offsets is not None
-            if has_pred is None:
-                has_pred = chunk_has_pred
-            elif has_pred != chunk_has_pred:
-                raise SimError("either every chunk has predicted sets or none does", source=str(path))
-            if chunk_has_pred:
+            if chunk.pred_offsets is not None:
                 arrays["pred_offsets"] = chunk.pred_offsets.astype(np.int64, copy=False)
                 arrays["pred_ids"] = chunk.pred_ids.astype(np.int32, copy=False)
             for kind, array in arrays.items():
                 with zf.open(f"c{c:05d}_{kind}.npy", "w", force_zip64=True) as fh:
                     np.lib.format.write_array(fh, np.ascontiguousarray(array), allow_pickle=False)
-            n_tokens += chunk.n_tokens
-        has_pred = meta.has_predictions if has_pred is None else has_pred  # no chunk: keep the flag
-        final = replace(meta, n_tokens=n_tokens, has_predictions=bool(has_pred),
-                        prompt_tokens=min(meta.prompt_tokens, n_tokens))
-        final.check(str(path))
-        meta_bytes = np.frombuffer(final.to_json().encode("utf-8"), dtype=np.uint8)
+        meta_bytes = np.frombuffer(counter.final(1).to_json().encode("utf-8"), dtype=np.uint8)
         with zf.open("meta.npy", "w") as fh:
             np.lib.format.write_array(fh, meta_bytes, allow_pickle=False)
 

@@ -146,7 +146,7 @@ def _false_positive_propensity(p: np.ndarray, recall: float | np.ndarray, precis
 class _Tables:
     p_by_id: np.ndarray  # float32 (layers, experts, neurons)
     z_by_id: np.ndarray
-    group_of_id: np.ndarray
+    group_of_id: np.ndarray | None
     group_p: np.ndarray
     density: np.ndarray
     expected_predicted: np.ndarray
@@ -245,8 +245,8 @@ class TraceSynthesizer:
             rank = np.ascontiguousarray(rank.reshape(n_l, n_e, n))
             p32 = p_sorted.astype(np.float32)
             p_by_id = np.ascontiguousarray(np.stack([p32[layer][rank[layer]] for layer in range(n_l)]))
-            group_of_id = (np.ascontiguousarray(rank // self.group_size) if self.group_size
-                           else np.zeros((1, 1, 1), np.int32))
+            # None without groups: the kernels then leave the grouped branches out when they compile
+            group_of_id = np.ascontiguousarray(rank // self.group_size) if self.group_size else None
             if z_sorted is not None:
                 z32 = z_sorted.astype(np.float32)
                 z_by_id = np.ascontiguousarray(np.stack([z32[layer][rank[layer]] for layer in range(n_l)]))

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.traces.format import FORMAT_VERSION, Trace, TraceMeta
+from sim.traces.format import Trace, TraceMeta
 
 
 def random_trace(rng: np.random.Generator, *, n_layers: int = 2, n_neurons: int = 12, n_experts: int = 1,
@@ -26,8 +26,21 @@ def random_trace(rng: np.random.Generator, *, n_layers: int = 2, n_neurons: int 
     return Trace.from_rows(meta, active, experts, predicted)
 
 
+def assert_same_arrays(a: Trace, b: Trace) -> None:
+    """Both traces hold the same chunks: starts, and every array with its dtype."""
+    got = [(c.start, c.offsets, c.ids, c.experts, c.pred_offsets, c.pred_ids) for c in a.chunks()]
+    want = [(c.start, c.offsets, c.ids, c.experts, c.pred_offsets, c.pred_ids) for c in b.chunks()]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g[0] == w[0]
+        for x, y in zip(g[1:], w[1:], strict=True):
+            assert (x is None) == (y is None)
+            if x is not None:
+                assert x.dtype == y.dtype and np.array_equal(x, y)
+
+
 def write_raw_trace(path: Path, meta: dict[str, Any], members: dict[str, np.ndarray]) -> Path:
-    """Write a trace file member by member, so tests can plant any defect."""
+    """Write a version-1 trace file member by member, so tests can plant any defect."""
     with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         for name, arr in members.items():
             with zf.open(f"{name}.npy", "w") as fh:
@@ -38,9 +51,9 @@ def write_raw_trace(path: Path, meta: dict[str, Any], members: dict[str, np.ndar
 
 
 def valid_parts() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """Metadata and members of a valid 2-token, 2-layer, 8-neuron dense trace (one chunk)."""
+    """Metadata and members of a valid 2-token, 2-layer, 8-neuron dense version-1 trace (one chunk)."""
     meta = {"model": "tiny", "n_layers": 2, "n_neurons": 8, "hidden": 4, "n_tokens": 2, "chunk_tokens": 4,
-            "source": "recorded", "version": FORMAT_VERSION}
+            "source": "recorded", "version": 1}
     members = {"c00000_offsets": np.array([0, 2, 3, 5, 6], np.int64),
                "c00000_ids": np.array([1, 4, 7, 0, 3, 5], np.int32),
                "c00000_experts": np.zeros((2, 2, 1), np.int16)}

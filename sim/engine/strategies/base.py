@@ -192,6 +192,24 @@ class Strategy(ABC):
         """Closed-form time of one decode token (``--mode analytic``)."""
         raise SimError(f"strategy {self.name!r} has no analytic mode", field="--mode")
 
+    # A strategy may split its analytic mode in two, so that sim.engine.reevaluate keeps the
+    # first part (what the trace and the cache decide, the expensive replay) and redoes only the
+    # second (the device's speeds) when a device or profile edit leaves the first unchanged.
+    @classmethod
+    def analytic_plan_key(cls, setup: Any) -> tuple | None:
+        """What :meth:`analytic_plan` depends on besides the trace and the run's token counts
+        (``setup``: a :class:`sim.engine.simulation.RunSetup`), or None when the analytic mode
+        is not split (it is then re-evaluated whole)."""
+        return None
+
+    def analytic_plan(self, layers: list[LayerWork], stats: TokenStats) -> Any:
+        """One decode token's part of the closed form that no device speed enters."""
+        raise NotImplementedError
+
+    def analytic_costs_s(self, plans: Any, contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per plan (token) its closed-form time and flash bytes, ``contexts[i]`` tokens in the KV cache."""
+        raise NotImplementedError
+
 
 REGISTRY: dict[str, type[Strategy]] = {}
 

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
-from sim.engine.costs import Work
+from sim.engine.costs import Work, affine_in_count
 from sim.engine.neuron_cache import NeuronCache, plan_policies
 from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, Unit, register
@@ -135,17 +136,11 @@ class PowerInfer2(Strategy):
     def __init__(self, ctx: RunContext, knobs: PowerInfer2Knobs):
         super().__init__(ctx, knobs)
         self.k = knobs
-        plan = ctx.plan
-        self.cache = NeuronCache(ctx.n_keys, plan.neuron_dram_bytes, plan.neuron_cache_bytes, ctx.popularity,
-                                 knobs.hot_share, ctx.policy or knobs.policy, static=not knobs.neuron_cache)
         # The accelerator that runs the hot share densely ("npu" in names below). A phone
         # without an NPU runs everything on the CPU; a GPU named by the knob must exist
         # (check_options refuses it otherwise).
         self.hot_unit = knobs.hot_unit or "npu"
-        self.use_npu = (knobs.xpu and accelerator(ctx.device, self.hot_unit) is not None
-                        and knobs.npu_activation_share > 0)
-        self.is_npu, self.npu_count = self._npu_set() if self.use_npu else (None, None)
-        self._flags = placement_flags(self.cache.is_hot, self.is_npu)  # what route_neurons reads
+        self.use_npu = self._runs_hot_share(ctx.device, knobs)
         bundle = ctx.model.bundle(ctx.dtype, ctx.device.storage.page_bytes)
         self.bundle = bundle
         gated = ctx.model.ffn_gated and knobs.split_gate_read
@@ -162,6 +157,34 @@ class PowerInfer2(Strategy):
         self._gbps: dict[int, float] = {}
         self._npu_jobs: dict[float, tuple[float, float]] = {}  # see _npu_job
 
+    @staticmethod
+    def _runs_hot_share(device: Any, knobs: PowerInfer2Knobs) -> bool:
+        return (knobs.xpu and accelerator(device, knobs.hot_unit or "npu") is not None
+                and knobs.npu_activation_share > 0)
+
+    @classmethod
+    def analytic_plan_key(cls, setup: Any) -> tuple:
+        """What :meth:`analytic_plan` depends on besides the trace and the run's token counts."""
+        knobs, plan = setup.knobs, setup.plan
+        use_npu = cls._runs_hot_share(setup.device, knobs)
+        return (plan.neuron_cache_bytes, plan.neuron_dram_bytes, knobs.hot_share, setup.config.policy or knobs.policy,
+                use_npu, knobs.npu_activation_share if use_npu else None, knobs.cluster_neurons, knobs.neuron_cache,
+                knobs.bundle, knobs.split_gate_read)
+
+    # The cache and the placement tables are built on first use: a strategy made only for the
+    # analytic costs (sim.engine.reevaluate, plans kept from an earlier run) never needs them.
+    @cached_property
+    def cache(self) -> NeuronCache:
+        ctx, plan = self.ctx, self.ctx.plan
+        return NeuronCache(ctx.n_keys, plan.neuron_dram_bytes, plan.neuron_cache_bytes, ctx.popularity,
+                           self.k.hot_share, ctx.policy or self.k.policy, static=not self.k.neuron_cache)
+
+    @cached_property
+    def _placement(self) -> tuple[np.ndarray | None, np.ndarray]:
+        """Neurons the NPU computes per (layer, expert), and what route_neurons reads per neuron."""
+        is_npu, npu_count = self._npu_set() if self.use_npu else (None, None)
+        return npu_count, placement_flags(self.cache.is_hot, is_npu)
+
     def _npu_set(self) -> tuple[np.ndarray, np.ndarray]:
         """Per (layer, expert): hot neurons covering the NPU's share of activations."""
         meta, pop = self.ctx.meta, self.ctx.popularity
@@ -174,23 +197,20 @@ class PowerInfer2(Strategy):
     def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
         self._token_plan(layers, t, stats)
 
-    # -- per-layer plan (shared by DES and analytic) ---------------------------------------
-    def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[float, tuple[np.ndarray, ...]]:
-        """(NPU neurons, clusters as arrays of neurons, fired, gate misses, up/down misses)."""
-        plan = self._token_plan([work], t, stats)
-        return plan.n_npu[0], plan.clusters(0)
-
+    # -- per-token plan (shared by DES and analytic) ---------------------------------------
     def _token_plan(self, layers: Sequence[LayerWork], t: int, stats: TokenStats) -> TokenPlan:
-        """:meth:`_layer_plan` of every layer of a token, with one cache call for all of them.
+        """Per layer of a token its NPU neurons and its clusters (neurons, fired, gate misses,
+        up/down misses), with one cache call for all layers.
 
         Nothing else touches the cache between a token's layers, so serving the layers'
         steps together gives the same hits as serving each when its FFN phase starts.
         """
         work = TokenWork.from_layers(layers)
         n = len(work)
-        n_predicted, _cpu_keys, offsets, fired, hot, cold, cold_offsets = route_neurons(*work.key_rows(), self._flags)
+        npu_count, flags = self._placement
+        n_predicted, _cpu_keys, offsets, fired, hot, cold, cold_offsets = route_neurons(*work.key_rows(), flags)
         if self.use_npu:
-            n_npu = self.npu_count[work.layer_ids[:, None], work.experts].sum(axis=1).astype(float).tolist()
+            n_npu = npu_count[work.layer_ids[:, None], work.experts].sum(axis=1).astype(float).tolist()
         else:
             n_npu = [0.0] * n
         hit = self.cache.cold_hits(cold, cold_offsets, t)
@@ -474,41 +494,78 @@ class PowerInfer2(Strategy):
         yield from m.cpu_parallel("lm_head", *_wo(costs.lm_head()), ctx.dtype)
 
     # -- analytic --------------------------------------------------------------------------
-    def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
-        """[PI2 §5.3] cost model: attention + predictor + max(FFN compute, I/O) per layer."""
+    # [PI2 §5.3] cost model: attention + predictor + max(FFN compute, I/O) per layer, in two
+    # parts: what the trace and the cache decide (a plan per token), then its cost on this
+    # device for many tokens at once, which sim.engine.reevaluate redoes alone after a device
+    # or profile edit.
+    def analytic_plan(self, layers: list[LayerWork], stats: TokenStats) -> TokenPlan:
+        """A decode token's routing, cache hits and clusters (its requests, hits and misses go
+        to ``stats``). The cache sees token 0, as the per-layer form always gave it."""
+        return self._token_plan(layers, 0, stats)
+
+    def analytic_costs_s(self, plans: Sequence[TokenPlan], contexts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per token (``contexts[i]`` tokens in the KV cache) its closed-form time and flash bytes.
+
+        Each term is affine in its work at a fixed arithmetic intensity (a roofline plus a
+        request latency or launch), so its coefficients come from the device models once
+        (:func:`sim.engine.costs.affine_in_count`) and the terms of every (token, layer) are
+        array operations; sums differ from one call per layer only in float rounding.
+        """
         ctx, costs, m = self.ctx, self.ctx.costs, self.ctx.machine
-        dtype = ctx.dtype
-        agents = frozenset({"cpu"})
+        dtype, mats = ctx.dtype, ctx.model.ffn_matrices
+        cpu = frozenset({"cpu"})
+        both = cpu | {self.hot_unit}
 
-        def parallel(w: Work, kind: str, agents: frozenset[str] = agents, kernel: str = "dense_gemv") -> float:
-            return m.parallel_time_s(w.weight_bytes, w.ops, kind, agents, kernel=kernel)
+        def parallel(w: Work, dt: str, agents: frozenset[str] = cpu, kernel: str = "dense_gemv") -> float:
+            return m.parallel_time_s(w.weight_bytes, w.ops, dt, agents, kernel=kernel)
 
-        total = 0.0
+        attn = np.array([parallel(costs.attention(int(c)) + costs.router(), dtype) for c in contexts])
+        pred = parallel(costs.predictor(), ctx.model.predictor.dtype)
+        head = parallel(costs.lm_head(), dtype)
+        n_layers = len(plans[0].n_npu) if plans else 0
+        n_npu = np.array([n for p in plans for n in p.n_npu], dtype=float)
+        shift = np.cumsum([0] + [p.bounds[-1] for p in plans[:-1]])
+        bounds = np.concatenate([[0]] + [p.bounds[1:] + s for p, s in zip(plans, shift, strict=True)])
+        neurons, fired, gate_miss, ud_miss = (np.concatenate([p.arrays[i] for p in plans]) if plans else
+                                              np.zeros(0, np.int64) for i in range(4))
+        gate, ud = self._cluster_reads(gate_miss, ud_miss)
+
+        def per_layer(x: np.ndarray) -> np.ndarray:
+            total = np.concatenate([[0], np.cumsum(x)])
+            return total[bounds[1:]] - total[bounds[:-1]]
+
+        # CPU: the sparse kernel's time per operation (with and without the NPU beside it on DRAM)
+        work = costs.neurons(per_layer(neurons), 1) + costs.neurons(per_layer(fired), mats - 1)
+        ref = costs.neurons(2.0**20, 1)
+        per_op = {agents: parallel(ref, dtype, agents, "sparse_gemv") / ref.ops
+                  for agents in (cpu, both) if agents == cpu or np.any(n_npu > 0)}
+        cpu_ffn = work.ops * np.where(n_npu > 0, per_op.get(both, 0.0), per_op[cpu])
+        npu_ffn = np.zeros_like(n_npu)
+        if np.any(n_npu > 0):
+            acc, bw = accelerator(ctx.device, self.hot_unit), m.dram.agent_gbps(self.hot_unit, both)
+            a, b = affine_in_count(lambda n: accel_kernel_time_s(acc, *_wo(costs.neurons(n)), bw, dtype))
+            npu_ffn = np.where(n_npu > 0, a + b * n_npu, 0.0)
+        io = np.zeros_like(n_npu)
         io_core = m.io_threads[0].core
-        for work in layers:
-            attn = parallel(costs.attention(context_tokens) + costs.router(), dtype)
-            pred = parallel(costs.predictor(), ctx.model.predictor.dtype)
-            n_npu, cluster_arr = self._layer_plan(work, 0, stats)
-            clusters = list(zip(*(a.tolist() for a in cluster_arr), strict=True))
-            both = agents | ({self.hot_unit} if n_npu else set())
-            neurons = sum(c[0] for c in clusters)
-            fired = sum(c[1] for c in clusters)
-            cpu_ffn = parallel(costs.neurons(neurons, 1) + costs.neurons(fired, ctx.model.ffn_matrices - 1),
-                               dtype, frozenset(both), kernel="sparse_gemv")
-            npu_ffn = 0.0
-            if n_npu:
-                w = costs.neurons(n_npu)
-                npu_ffn = accel_kernel_time_s(accelerator(ctx.device, self.hot_unit), w.weight_bytes, w.ops,
-                                              m.dram.agent_gbps(self.hot_unit, frozenset(both)), dtype)
-            io = 0.0
-            for _, _, gate_miss, ud_miss in clusters:
-                g, u = self._cluster_reads(gate_miss, ud_miss)
-                io += m.flash.batch_time_s(g, self.gate_block, io_core, span_bytes=self.span_bytes)
-                io += m.flash.batch_time_s(u, self.ud_block, io_core, span_bytes=self.span_bytes)
-                stats.flash_bytes += g * self.gate_block + u * self.ud_block
-            # with the pipeline reads hide behind compute; without it they add to it
-            total += attn + pred + (max(cpu_ffn, npu_ffn, io) if self.k.pipeline else max(cpu_ffn, npu_ffn) + io)
-        return total + parallel(costs.lm_head(), dtype)
+        for reads, block in ((gate, self.gate_block), (ud, self.ud_block)):
+            if np.any(reads > 0):
+                a, b = affine_in_count(lambda n, block=block: m.flash.batch_time_s(
+                    n, block, io_core, span_bytes=self.span_bytes))
+                io += a * per_layer(reads > 0) + b * per_layer(reads)
+        compute = np.maximum(cpu_ffn, npu_ffn)
+        # with the pipeline reads hide behind compute; without it they add to it
+        layer_s = (np.maximum(compute, io) if self.k.pipeline else compute + io) + pred
+        token_s = np.add.reduceat(layer_s, np.arange(0, layer_s.size, max(n_layers, 1))) if layer_s.size else \
+            np.zeros(len(plans))
+        latency = token_s + attn * n_layers + head
+        flash = per_layer(gate * self.gate_block + ud * self.ud_block)
+        flash_per_token = flash.reshape(len(plans), n_layers).sum(axis=1) if plans else np.zeros(0)
+        return latency, flash_per_token
+
+    def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
+        latency, flash = self.analytic_costs_s([self.analytic_plan(layers, stats)], np.array([context_tokens]))
+        stats.flash_bytes += int(flash[0])
+        return float(latency[0])
 
     # -- what `sim plan` searches ([PI2 §5.3]'s planner: threads, cluster size, hot/cold split) ----
     plan_knobs = ("compute_cores", "io_cores", "cluster_neurons", "npu_activation_share", "hot_share", "policy",

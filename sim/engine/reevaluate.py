@@ -1,0 +1,154 @@
+"""Cheap re-evaluation of the analytic mode, for calibration fits and prediction intervals.
+
+``analytic_decode_tokens_per_s(config)`` returns what ``simulate(config, mode="analytic")``
+reports as ``decode_tokens_per_s``, but keeps what an evaluation learns from the trace and the
+neuron cache, so evaluating the same model and trace again after a device or profile edit
+(CPU, NPU, DRAM or flash speeds, kernel efficiencies, the KV cache's length) costs a few
+milliseconds instead of a run:
+
+    from sim.engine.config import RunConfig
+    from sim.engine.reevaluate import analytic_decode_tokens_per_s
+
+    base = RunConfig(memory_budget="12GB", decode_tokens=128)
+    tps = analytic_decode_tokens_per_s(base)                        # first: trace and cache replay
+    faster = analytic_decode_tokens_per_s(base.model_copy(update={"device": edited_profile}))  # ms
+
+What is kept, in this process:
+
+- the trace (a preset's generated trace, as ``simulate`` keeps it, read from the on-disk store
+  when another run made it; a trace file's chunks) and its offline profile;
+- per *plan key*, the strategy's analytic plans: for PowerInfer-2 every decode token's routing
+  (NPU, resident, cold neurons), the cache's hits after the warm-up tokens and the neuron
+  clusters. The key is the trace, the token counts, the seed, the strategy and what the
+  strategy says its plans depend on (:meth:`~sim.engine.strategies.base.Strategy.analytic_plan_key`;
+  PowerInfer-2: the neuron cache's bytes and item size, ``hot_share``, the policy, whether an
+  accelerator runs the hot share and which share, ``cluster_neurons``).
+
+An evaluation whose key is kept only applies the device models to the plans, as array
+operations over all (token, layer) pairs (``analytic_costs_s``); it is exact (the same plans,
+the same cost formulas; sums differ from ``simulate`` in float rounding, ~1e-15) for every
+cache policy. A new key (another budget, policy, hot share; a device edit that adds or removes
+the accelerator) replays the warm-up and decode tokens through the cache once: a new budget
+changes the pinned hot region and with it the stream the cold region sees, and the engine's
+batched LRU (hits promoted before misses within a step) is not a stack algorithm (a larger
+cache can miss where a smaller one hits, see tests/cache/test_stack_distance.py), so no
+one-pass miss-ratio curve gives its answer at another size. Strategies whose analytic mode
+is not split (``analytic_plan_key`` None) are evaluated whole by ``simulate``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import simpy
+
+from sim.engine.machine import Machine
+from sim.engine.simulation import as_config, check_options, make_strategy, profile_counts, run_trace, simulate
+from sim.engine.strategies.base import TokenStats
+from sim.engine.workload import iter_token_layers
+from sim.traces.format import Trace, TraceMeta
+
+KEPT_PLANS = 16  # plan sets kept (one per budget or cache setting a fit visits); oldest used go first
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One analytic evaluation: the figure, the per-token times and flash bytes behind it."""
+
+    decode_tokens_per_s: float
+    latency_s: np.ndarray
+    flash_bytes: np.ndarray
+    reused: bool  # the plans were kept from an earlier evaluation (only the device models ran)
+
+
+@dataclass
+class _Plans:
+    plans: list[Any]
+    meta: TraceMeta
+    popularity: np.ndarray
+    trace: Any  # an in-memory Trace the key names by id(): held so the id stays its own
+
+
+_KEPT: OrderedDict[tuple, _Plans] = OrderedDict()
+
+
+def analytic_decode_tokens_per_s(config: Any = None, /, **options: Any) -> float:
+    """``simulate(config, mode="analytic").summary["decode_tokens_per_s"]``, reusing the plans an
+    earlier evaluation of the same trace and cache setting made (see the module docstring).
+    Takes a :class:`~sim.engine.config.RunConfig` or ``simulate``'s keyword options."""
+    return evaluate(config, **options).decode_tokens_per_s
+
+
+def evaluate(config: Any = None, /, **options: Any) -> Evaluation:
+    """:func:`analytic_decode_tokens_per_s` with the per-token figures behind it."""
+    cfg = as_config(config, **options)
+    if cfg.mode != "analytic":
+        cfg = cfg.model_copy(update={"mode": "analytic"})
+    setup = check_options(cfg)
+    part = setup.strategy.analytic_plan_key(setup)
+    if part is None:  # not split: the whole analytic run
+        tokens = simulate(cfg).tokens
+        latency = tokens["latency_s"].to_numpy()
+        return Evaluation(len(latency) / float(latency.sum()), latency, tokens["flash_bytes"].to_numpy(), False)
+    key = (_trace_identity(cfg), cfg.profile_tokens, cfg.warmup_tokens, cfg.decode_tokens, cfg.prompt_tokens,
+           cfg.seed, setup.strategy.name, part)
+    machine = Machine(simpy.Environment(), setup.device, setup.compute_cores, setup.io_cores)
+    kept = _KEPT.get(key)
+    reused = kept is not None
+    if kept is None:
+        kept, strat = _plan(setup, machine)
+        _KEPT[key] = kept
+        while len(_KEPT) > KEPT_PLANS:
+            _KEPT.popitem(last=False)
+    else:
+        _KEPT.move_to_end(key)
+        strat = make_strategy(setup, kept.meta, kept.popularity, machine)
+    latency, flash = strat.analytic_costs_s(kept.plans, cfg.prompt_tokens + np.arange(cfg.decode_tokens))
+    return Evaluation(len(latency) / float(latency.sum()), latency, flash, reused)
+
+
+def _plan(setup: Any, machine: Machine) -> tuple[_Plans, Any]:
+    """Warm the cache and plan every decode token, as ``simulate``'s analytic mode does."""
+    cfg = setup.config
+    tr, profile_tokens, _ = run_trace(setup)
+    pop = profile_counts(setup, tr, profile_tokens)
+    strat = make_strategy(setup, tr.meta, pop, machine)
+    first = profile_tokens + cfg.warmup_tokens
+    tokens = iter_token_layers(tr, profile_tokens, first + cfg.decode_tokens)
+    warm = TokenStats()
+    for _ in range(cfg.warmup_tokens):
+        t, layers = next(tokens)
+        strat.warm_token(t, layers, warm)
+    plans = [strat.analytic_plan(layers, TokenStats()) for _t, layers in tokens]
+    held = cfg.trace if isinstance(cfg.trace, Trace) else None
+    return _Plans(plans, tr.meta, pop, held), strat
+
+
+def _trace_identity(cfg: Any) -> tuple:
+    """What names the trace an evaluation reads: a preset's (with its file's state), a trace
+    file's path and state, or an in-memory trace object."""
+    trace = cfg.trace
+    if trace is None:
+        from sim.profiles.registry import load_model
+        from sim.traces.params import PRESET_DIR
+
+        model = load_model(cfg.model)
+        name = cfg.preset or model.name
+        path = PRESET_DIR / f"{name}.yaml"
+        stat = path.stat() if path.is_file() else None
+        dims = (model.n_layers, model.ffn_dim, model.hidden, model.n_experts, model.top_k, model.name)
+        return ("preset", name, stat and (stat.st_mtime_ns, stat.st_size), dims)
+    if isinstance(trace, str | Path):
+        path = Path(trace).resolve()
+        stat = path.stat()
+        return ("file", str(path), stat.st_mtime_ns, stat.st_size)
+    return ("object", id(trace))
+
+
+def forget() -> None:
+    """Drop every kept plan set (the next evaluation of each key replays its cache again)."""
+    _KEPT.clear()
