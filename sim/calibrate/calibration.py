@@ -88,7 +88,8 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
     ``meta.fold_notes``). Returns the calibration and the full fit.
     """
     check_fit(points, unknowns)
-    full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals,
+    runs: dict[tuple, float] = {}  # predictions shared by the full fit and its folds
+    full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, runs=runs,
                progress=(lambda n, c: progress("all points", n, c)) if progress else None)
     folds: dict[str, dict[str, float]] = {}
     notes: dict[str, str] = {}
@@ -109,7 +110,7 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
                                 "points to refit: kept at the prior's centre")
             vals = {u.name: u.midpoint for u in unknowns if u not in free}
             if free:
-                sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=max_evals, start=full.values,
+                sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=max_evals, start=full.values, runs=runs,
                           progress=(lambda n, c, g=group: progress(f"without {g}", n, c)) if progress else None)
                 vals.update(sub.values)
             folds[group] = vals
