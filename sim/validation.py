@@ -38,7 +38,28 @@ def load_points() -> list[dict[str, Any]]:
     points = data.get("points")
     if not isinstance(points, list):
         raise SimError("expected a list of points", source="published.yaml", field="points")
-    return points
+    return [_rung_knobs(p) if isinstance(p, dict) and "rung" in p else p for p in points]
+
+
+def _rung_knobs(point: dict[str, Any]) -> dict[str, Any]:
+    """A point of an ablation ladder names its rung (``rung: window``, on the strategy's ladder
+    or the point's ``ladder``) instead of spelling the knobs: they are `sim ablate`'s for that
+    rung (:func:`sim.explore.ablation.knobs_for_rung`), so both run the same configuration.
+    The point's own ``knobs`` are added; one the rung switches is refused."""
+    from sim.engine.strategies import get_strategy
+    from sim.explore.ablation import knobs_for_rung
+
+    where = f"{point.get('id')}.rung"
+    try:
+        rung = knobs_for_rung(get_strategy(point.get("strategy")), point["rung"], point.get("ladder"))
+    except SimError as exc:
+        raise SimError(exc.detail, source="published.yaml", field=where) from None
+    own = point.get("knobs") or {}
+    for knob in rung:
+        if knob in own:
+            raise SimError(f"knob {knob} is the rung's to set; drop it from knobs", source="published.yaml",
+                           field=where)
+    return {**point, "knobs": {**rung, **own}}
 
 
 def metric_value(summary: dict[str, Any], metric: str) -> float:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -116,12 +119,11 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
-    from sim.engine.config import RunConfig
     from sim.engine.simulation import simulate
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
     # Outputs are checked before the run, so a finished simulation is never lost to a bad path.
-    inputs = {"--device": device, "--model": model, "--trace": trace, "--plan": plan}
+    inputs = input_files(device=device, model=model, trace=trace, plan=plan)
     check_output(timeline, "--timeline", suffixes=(".json",), inputs=inputs)
     check_output(gantt, "--gantt", suffixes=PLOT_SUFFIXES, inputs=inputs)
     check_output(tokens_csv, "--tokens-csv", suffixes=(".csv",), inputs=inputs)
@@ -129,6 +131,81 @@ def run(
         for flag, value in (("--timeline", timeline), ("--gantt", gantt)):
             if value is not None:
                 raise SimError("the analytic cost model has no timeline; drop it or use --mode des", field=flag)
+    request = run_request(device=device, model=model, strategy=strategy, memory_budget=memory_budget,
+                          offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
+                          decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens,
+                          trace=trace, preset=preset, policy=policy, seed=seed, mode=mode, plan=plan, sets=sets)
+    with request.knob_errors():
+        result = simulate(request.config, timeline=timeline is not None or gantt is not None)
+    result.summary["warnings"] = request.warnings + list(result.summary.get("warnings", []))
+    if timeline is not None:
+        from sim.engine.timeline import write_perfetto
+
+        write_perfetto(result.spans, timeline)
+    if gantt is not None:
+        from sim.plots import draw_gantt
+
+        draw_gantt(result.spans, gantt)
+    if json_out:
+        # the run's configuration as resolved (defaults, knobs, core layout) rides along for reproducibility
+        # the base profiles as given and the edits on them make the run reproducible
+        config = {**result.config, "base_profiles": {"device": device, "model": model},
+                  "overrides": request.overrides}
+        print(json_text({**result.summary, "config": config}), flush=True)
+    else:
+        _print_table({**result.summary, "config": result.config}, request)
+    if tokens_csv is not None:  # after the results, so a write that fails (a full disk) loses only the CSV
+        try:
+            result.tokens.to_csv(tokens_csv, index=False)
+        except OSError as exc:
+            raise SimError(f"cannot write the per-token CSV (the results above are complete): "
+                           f"{exc.strerror or exc}", source=str(tokens_csv), field="--tokens-csv") from None
+
+
+# sim run's flags that say where its results go, not what runs: the rest are run options,
+# which `sim ablate` takes too (sim.commands.ablate reads them from run's signature).
+OUTPUT_FLAGS = ("timeline", "gantt", "tokens_csv", "json_out")
+
+
+def input_files(**options: Any) -> dict[str, Any]:
+    """The run options that name files an output must not overwrite, by flag."""
+    return {f"--{name}": options[name] for name in ("device", "model", "trace", "plan")}
+
+
+@dataclass
+class RunRequest:
+    """What sim run's options resolve to before anything runs: the configuration, the ``--set``
+    edits as typed (printed above the figures) and the plan file's warnings."""
+
+    config: Any  # sim.engine.config.RunConfig
+    typed: dict[str, str]
+    overrides: dict[str, Any]  # the profile edits among the --set values
+    warnings: list[str]
+    settings: dict[str, Any]  # every --set value, parsed
+    knobs: dict[str, Any]  # from --plan and --set
+    plan: Path | None
+
+    @contextmanager
+    def knob_errors(self) -> Iterator[None]:
+        """A knob's error names where the knob was given: ``--set KNOB`` or the plan file's field."""
+        try:
+            yield
+        except SimError as exc:
+            knob = exc.field.split(".")[0] if exc.field and exc.field != "(top level)" else None
+            if exc.source == "--set" or (exc.source is None and knob in self.knobs):
+                if knob is None or knob in self.settings or self.plan is None:
+                    raise SimError(exc.detail, field=f"--set {exc.field}" if knob else "--set") from None
+                raise SimError(exc.detail, source=str(self.plan), field=f"knobs.{exc.field}") from None
+            raise
+
+
+def run_request(*, device: str, model: str, strategy: str, memory_budget: str | None, offload: float | None,
+                weights_dtype: str | None, prompt_tokens: int, decode_tokens: int, warmup_tokens: int,
+                profile_tokens: int | None, trace: Path | None, preset: str | None, policy: str | None, seed: int,
+                mode: str, plan: Path | None, sets: list[str]) -> RunRequest:
+    """The :class:`RunRequest` of sim run's run options (every flag but :data:`OUTPUT_FLAGS`)."""
+    from sim.engine.config import RunConfig
+
     settings, typed = parse_sets(sets)
     overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
     knobs: dict[str, Any] = {}
@@ -142,41 +219,14 @@ def run(
         knobs.update(plan_knobs)
     knobs.update({key: value for key, value in settings.items() if key not in overrides})
     preset = own_preset(model, overrides, trace, preset)
-    try:
-        config = RunConfig.of(source="sim run", device=device_ref, model=model_ref, strategy=strategy, trace=trace,
-                              preset=preset, memory_budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
-                              prompt_tokens=prompt_tokens, decode_tokens=decode_tokens, warmup_tokens=warmup_tokens,
-                              profile_tokens=profile_tokens, policy=policy, seed=seed, mode=mode, knobs=knobs)
-        result = simulate(config, timeline=timeline is not None or gantt is not None)
-    except SimError as exc:  # a knob error: `--set KNOB: ...`, as a profile field's, or the plan file's
-        knob = exc.field.split(".")[0] if exc.field and exc.field != "(top level)" else None
-        if exc.source == "--set" or (exc.source is None and knob in knobs):
-            if knob is None or knob in settings or plan is None:
-                raise SimError(exc.detail, field=f"--set {exc.field}" if knob else "--set") from None
-            raise SimError(exc.detail, source=str(plan), field=f"knobs.{exc.field}") from None
-        raise
-    result.summary["warnings"] = plan_warnings + list(result.summary.get("warnings", []))
-    if timeline is not None:
-        from sim.engine.timeline import write_perfetto
-
-        write_perfetto(result.spans, timeline)
-    if gantt is not None:
-        from sim.plots import draw_gantt
-
-        draw_gantt(result.spans, gantt)
-    if json_out:
-        # the run's configuration as resolved (defaults, knobs, core layout) rides along for reproducibility
-        # the base profiles as given and the edits on them make the run reproducible
-        config = {**result.config, "base_profiles": {"device": device, "model": model}, "overrides": overrides}
-        print(json_text({**result.summary, "config": config}), flush=True)
-    else:
-        _print_table({**result.summary, "config": result.config}, typed, list(overrides))
-    if tokens_csv is not None:  # after the results, so a write that fails (a full disk) loses only the CSV
-        try:
-            result.tokens.to_csv(tokens_csv, index=False)
-        except OSError as exc:
-            raise SimError(f"cannot write the per-token CSV (the results above are complete): "
-                           f"{exc.strerror or exc}", source=str(tokens_csv), field="--tokens-csv") from None
+    request = RunRequest(None, typed, overrides, plan_warnings, settings, knobs, plan)
+    with request.knob_errors():
+        request.config = RunConfig.of(
+            source="sim run", device=device_ref, model=model_ref, strategy=strategy, trace=trace, preset=preset,
+            memory_budget=memory_budget, offload=offload, weights_dtype=weights_dtype, prompt_tokens=prompt_tokens,
+            decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, profile_tokens=profile_tokens, policy=policy,
+            seed=seed, mode=mode, knobs=knobs)
+    return request
 
 
 def _fmt(value: Any) -> str:
@@ -187,10 +237,15 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> None:
+def print_edits(console: Console, request: RunRequest) -> None:
+    """A what-if says so before its figures: each profile edit, as it was typed."""
+    for key in request.overrides:
+        console.print(f"with --set {key}={request.typed[key]}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_table(s: dict[str, Any], request: RunRequest) -> None:
     console = Console()
-    for key in edits:  # a what-if says so before its figures, as it was typed
-        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False, soft_wrap=True)
+    print_edits(console, request)
     head = Table(title=f"{s['model']} on {s['device']} ({s['strategy']}, {s['mode']})", show_header=False)
     for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
                 "latency_ms_p99", "cache_hit_ratio", "cache_miss_ratio_mean", "cache_miss_ratio_p99",

@@ -4,7 +4,9 @@ PowerInfer-2's segmented cache [PI2 §4.3] keeps the hottest neurons (found by o
 profiling) in a hot region and manages the remaining capacity neuron by neuron. The hot
 region here holds the ``hot_share`` most popular neurons and never evicts them; the rest
 of the budget goes to any policy of :mod:`sim.cache` (LRU by default). A hot share of 0
-gives a plain policy (LLM in a Flash's window, a page cache).
+gives a plain policy (LLM in a Flash's window, a page cache); ``static`` gives no policy at
+all, the whole budget pinned (a runtime without a dynamic cache, the baseline of [PI2] §7.5's
+ablation).
 """
 
 from __future__ import annotations
@@ -50,19 +52,24 @@ def timed_policy_options(policy: str, popularity: np.ndarray | None, options: di
 
 class NeuronCache:
     def __init__(self, n_keys: int, item_bytes: int, capacity_bytes: int, popularity: np.ndarray | None,
-                 hot_share: float, policy: str, policy_options: dict | None = None, preload: bool = True):
+                 hot_share: float, policy: str, policy_options: dict | None = None, preload: bool = True,
+                 static: bool = False):
+        """``static``: the whole capacity is the pinned set, the offline profile's hottest neurons
+        (whether or not they fired in it), and nothing else is ever kept: every other neuron
+        misses each time it is needed."""
         from sim.cache import make_policy
 
         self.item_bytes = item_bytes
         n_hot = 0
         self.is_hot = np.zeros(n_keys, dtype=bool)
-        if popularity is not None and hot_share > 0:
-            n_hot = min(int(capacity_bytes * hot_share) // item_bytes, int(np.count_nonzero(popularity)))
+        if popularity is not None and (static or hot_share > 0):
+            n_hot = (min(capacity_bytes // item_bytes, n_keys) if static else
+                     min(int(capacity_bytes * hot_share) // item_bytes, int(np.count_nonzero(popularity))))
             if n_hot > 0:
                 hot = np.argpartition(-popularity, n_hot - 1)[:n_hot]
                 self.is_hot[hot] = True
         self.hot_bytes = n_hot * item_bytes
-        self.cold_capacity = max(0, capacity_bytes - self.hot_bytes)
+        self.cold_capacity = 0 if static else max(0, capacity_bytes - self.hot_bytes)
         options = timed_policy_options(policy, popularity, policy_options)
         self.policy: CachePolicy = make_policy(policy, capacity_bytes=self.cold_capacity, n_items=n_keys,
                                                item_bytes=item_bytes, **options)

@@ -109,6 +109,10 @@ class Strategy(ABC):
     split_scales: ClassVar[bool] = True  # FFN scales resident, bundles without them in cache
     keeps_profile: ClassVar[bool] = False  # holds the offline hot-neuron profile (profile-based policies need it)
     readers_share_compute: ClassVar[bool] = False  # flash readers run on the compute cores, not cores of their own
+    # The mechanisms an ablation switches one at a time (`sim ablate`, sim.explore.ablation):
+    # each name maps to the knob values that switch it off, in the order the strategy's
+    # paper adds them to its baseline. Empty: nothing to ablate.
+    mechanisms: ClassVar[dict[str, dict[str, Any]]] = {}
 
     def __init__(self, ctx: RunContext, knobs: Knobs):
         self.ctx = ctx

@@ -16,13 +16,19 @@ Decode, per layer [PI2 §4-5]:
 Prefill runs on the NPU over all prompt tokens, one layer at a time, while a big core
 prefetches the next layer's non-resident FFN weights with large sequential reads
 (``prefill_unit`` moves it to the GPU or the CPU; a phone without an NPU prefills on the CPU).
+
+Each mechanism [PI2] §7.5's ablation adds to its CPU baseline can be switched off, so `sim
+ablate` can replay that ladder on any phone: ``bundle`` (bundled Gate/Up/Down rows),
+``neuron_cache`` (the segmented cache; off, a static resident set), ``pipeline`` (the
+cluster pipeline; off, each stage's reads complete before its compute, in simpy processes
+only) and ``xpu`` (the accelerator's share; off, the CPU does all).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
@@ -61,6 +67,20 @@ class PowerInfer2Knobs(Knobs):
                                                         "prefill_on_npu and the phone has one, else the CPU)")
     prefill_block_bytes: int = Field(512 * 1024, ge=4096, le=2**30,
                                      description="request size of the prefill's sequential prefetch reads")
+    # The mechanisms [PI2] §7.5's ablation (Fig. 14) adds one by one; `sim ablate` switches them.
+    bundle: bool = Field(True, description="a neuron's Gate, Up and Down rows stored together on flash and read "
+                                           "as one bundle ([PI2 §4.4]); false: each matrix's row is a request of "
+                                           "its own, from that matrix's region")
+    neuron_cache: bool = Field(True, description="the segmented neuron cache: pinned hot region plus a policy-"
+                                                 "managed cold region ([PI2 §4.3]); false: no dynamic cache, a "
+                                                 "static resident set of the budget's size (the offline profile's "
+                                                 "hottest neurons), the rest read each token it is needed")
+    pipeline: bool = Field(True, description="the neuron-cluster pipeline overlaps each cluster's flash reads "
+                                             "with other clusters' compute ([PI2 §4-5]); false: every cluster's "
+                                             "reads of a stage complete before that stage's compute starts, so "
+                                             "no read overlaps compute")
+    xpu: bool = Field(True, description="CPU and accelerator together: the NPU (or hot_unit) computes the hot "
+                                        "share and prefills ([PI2 §4.1-4.2]); false: the CPU does all")
 
     @field_validator("hot_unit", mode="before")
     @classmethod
@@ -76,6 +96,15 @@ class PowerInfer2Knobs(Knobs):
         if unit == "npu" and info.data.get("prefill_on_npu") is False:  # declared first, so already checked
             raise ValueError("prefill_on_npu: false contradicts prefill_unit: npu; set only prefill_unit")
         return unit
+
+    @field_validator("xpu")
+    @classmethod
+    def _cpu_alone(cls, xpu: bool, info: ValidationInfo) -> bool:
+        for name in ("hot_unit", "prefill_unit"):  # declared first, so already checked
+            unit = info.data.get(name)
+            if not xpu and unit in ("npu", "gpu"):
+                raise ValueError(f"false runs everything on the CPU, which contradicts {name}: {unit}; set one")
+        return xpu
 
 
 @dataclass(frozen=True)
@@ -98,18 +127,21 @@ class PowerInfer2(Strategy):
     summary = "PowerInfer-2: hot neurons on NPU, cold neuron clusters on CPU, pipelined flash I/O"
     knobs_model = PowerInfer2Knobs
     keeps_profile = True  # [PI2 §4.2]: the offline profile picks the hot neurons
+    mechanisms: ClassVar[dict[str, dict[str, Any]]] = {  # [PI2] §7.5, Fig. 14, in its order
+        name: {name: False} for name in ("bundle", "neuron_cache", "pipeline", "xpu")}
 
     def __init__(self, ctx: RunContext, knobs: PowerInfer2Knobs):
         super().__init__(ctx, knobs)
         self.k = knobs
         plan = ctx.plan
         self.cache = NeuronCache(ctx.n_keys, plan.neuron_dram_bytes, plan.neuron_cache_bytes, ctx.popularity,
-                                 knobs.hot_share, ctx.policy or knobs.policy)
+                                 knobs.hot_share, ctx.policy or knobs.policy, static=not knobs.neuron_cache)
         # The accelerator that runs the hot share densely ("npu" in names below). A phone
         # without an NPU runs everything on the CPU; a GPU named by the knob must exist
         # (check_options refuses it otherwise).
         self.hot_unit = knobs.hot_unit or "npu"
-        self.use_npu = accelerator(ctx.device, self.hot_unit) is not None and knobs.npu_activation_share > 0
+        self.use_npu = (knobs.xpu and accelerator(ctx.device, self.hot_unit) is not None
+                        and knobs.npu_activation_share > 0)
         self.is_npu, self.npu_count = self._npu_set() if self.use_npu else (None, None)
         self._flags = placement_flags(self.cache.is_hot, self.is_npu)  # what route_neurons reads
         bundle = ctx.model.bundle(ctx.dtype, ctx.device.storage.page_bytes)
@@ -117,6 +149,11 @@ class PowerInfer2(Strategy):
         gated = ctx.model.ffn_gated and knobs.split_gate_read
         self.gate_block = bundle.gate_flash_bytes if gated else bundle.flash_bytes
         self.ud_block = bundle.up_down_flash_bytes if gated else 0
+        self.gate_rows = self.ud_rows = 1  # requests per missing neuron in each read
+        if not knobs.bundle:  # one request per matrix row, each padded to whole pages
+            n = ctx.model.ffn_matrices
+            self.gate_block, self.ud_block = bundle.row_flash_bytes, bundle.row_flash_bytes if gated else 0
+            self.gate_rows, self.ud_rows = (1, n - 1) if gated else (n, 0)
         # Random reads land within the chosen experts' slice of the flash image.
         self.span_bytes = ctx.model.top_k * ctx.model.ffn_dim * bundle.flash_bytes
         self._threads: tuple[np.ndarray, np.ndarray, float, float] | None = None
@@ -166,8 +203,8 @@ class PowerInfer2(Strategy):
     def _cluster_reads(self, gate_miss, ud_miss):  # ints or arrays of them
         """(gate-read requests, up/down-read requests) for clusters' missing neurons."""
         if self.ud_block:
-            return gate_miss, ud_miss
-        return gate_miss, 0 * gate_miss
+            return gate_miss * self.gate_rows, ud_miss * self.ud_rows
+        return gate_miss * self.gate_rows, 0 * gate_miss
 
     # -- decode --------------------------------------------------------------------------
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
@@ -186,6 +223,8 @@ class PowerInfer2(Strategy):
             t2 = env.now
             if self._compiled_phase():
                 yield from self._ffn_phase(n_npu, clusters, stats)
+            elif not self.k.pipeline:
+                yield from self._staged_ffn(n_npu, clusters, stats)
             else:
                 procs = []
                 if n_npu:
@@ -207,12 +246,12 @@ class PowerInfer2(Strategy):
         """Whether the FFN phase can be scheduled in one call (:mod:`sim.engine.cluster_schedule`).
 
         It covers PowerInfer-2's own configuration, one I/O thread on a single-queue
-        device; timelines (which record every cluster) and other set-ups run the
-        per-cluster simpy processes.
+        device, pipelined; timelines (which record every cluster), other set-ups and the
+        phase without the pipeline (:meth:`_staged_ffn`) run simpy processes.
         """
         m = self.ctx.machine
         return (m.compiled_phases and not m.record_spans and len(m.io_threads) == 1
-                and m.storage.capacity == 1)
+                and m.storage.capacity == 1 and self.k.pipeline)
 
     def _closed_token(self, plan: TokenPlan, context_tokens: int, stats: TokenStats) -> float:
         """A whole decode token when nothing else runs (:meth:`Machine.closed`): its phases
@@ -346,6 +385,28 @@ class PowerInfer2(Strategy):
             self._gbps[block] = m.flash.throughput_gbps(block, m.io_threads[0].core, span_bytes=self.span_bytes)
         return self._gbps[block]
 
+    def _staged_ffn(self, n_npu: float, clusters: tuple[np.ndarray, ...], stats: TokenStats) -> Event:
+        """The FFN phase without the pipeline (``pipeline: false``): the clusters' Gate reads,
+        then the Gate compute (with the NPU's job), then the Up/Down reads, then the Up/Down
+        compute, each stage waiting for the whole previous one, so no read overlaps compute.
+        Reads keep the pipeline's per-cluster batches, so the I/O work itself is unchanged."""
+        m, costs, env, dtype = self.ctx.machine, self.ctx.costs, self.ctx.machine.env, self.ctx.dtype
+        rows = list(zip(*(a.tolist() for a in clusters), strict=True))
+        reads = [self._cluster_reads(gate_miss, ud_miss) for _, _, gate_miss, ud_miss in rows]
+        first_mats = 1  # the gate decides which neurons fired (as in _cluster)
+        gate_jobs = [m.cpu_job("gate", *_wo(costs.neurons(n, first_mats)), dtype) for n, *_ in rows]
+        if n_npu:
+            gate_jobs.insert(0, m.accel_job(self.hot_unit, "ffn-hot", *_wo(costs.neurons(n_npu)), dtype))
+        ud_mats = self.ctx.model.ffn_matrices - first_mats
+        for stage in (
+                [m.read("gate-read", g, self.gate_block, span_bytes=self.span_bytes) for g, _ in reads if g],
+                gate_jobs,
+                [m.read("updown-read", u, self.ud_block, span_bytes=self.span_bytes) for _, u in reads if u],
+                [m.cpu_job("up-down", *_wo(costs.neurons(f, ud_mats)), dtype) for _, f, *_ in rows if f]):
+            if stage:
+                yield env.all_of([env.process(job) for job in stage])
+        stats.flash_bytes += sum(g * self.gate_block + u * self.ud_block for g, u in reads)
+
     def _cluster(self, n: int, n_fired: int, gate_miss: int, ud_miss: int, stats: TokenStats) -> Event:
         m, costs, dtype = self.ctx.machine, self.ctx.costs, self.ctx.dtype
         gate_reads, ud_reads = self._cluster_reads(gate_miss, ud_miss)
@@ -367,7 +428,8 @@ class PowerInfer2(Strategy):
         ctx, m = self.ctx, self.ctx.machine
         env, costs, model = m.env, ctx.costs, ctx.model
         p = ctx.prompt_tokens
-        unit = self.k.prefill_unit or ("npu" if (self.k.prefill_on_npu and ctx.device.npu is not None) else "cpu")
+        npu = self.k.prefill_on_npu and self.k.xpu and ctx.device.npu is not None
+        unit = self.k.prefill_unit or ("npu" if npu else "cpu")
         offload = ctx.plan.offload_fraction
         layer_ffn_flash = model.n_experts * model.ffn_dim * self.bundle.flash_bytes
         read_bytes = int(offload * layer_ffn_flash)
@@ -442,7 +504,8 @@ class PowerInfer2(Strategy):
                 io += m.flash.batch_time_s(g, self.gate_block, io_core, span_bytes=self.span_bytes)
                 io += m.flash.batch_time_s(u, self.ud_block, io_core, span_bytes=self.span_bytes)
                 stats.flash_bytes += g * self.gate_block + u * self.ud_block
-            total += attn + pred + max(cpu_ffn, npu_ffn, io)
+            # with the pipeline reads hide behind compute; without it they add to it
+            total += attn + pred + (max(cpu_ffn, npu_ffn, io) if self.k.pipeline else max(cpu_ffn, npu_ffn) + io)
         return total + parallel(costs.lm_head(), dtype)
 
 
