@@ -28,9 +28,10 @@ def validate_cmd(
     csv_out: Path | None = typer.Option(None, "--out", help="Write the table as CSV (.csv)."),
     plot_dir: Path | None = typer.Option(None, "--plot",
                                          help="Folder to write the published-vs-predicted plots (PNG) to."),
-    calibration: str = typer.Option("none", "--calibration",
-                                    help="A calibration file (`sim calibrate --out`) to apply: adds each point's "
-                                         "error uncalibrated, in-sample and cross-validated; none: no calibration."),
+    calibration: str | None = typer.Option(None, "--calibration",
+                                           help="A calibration file (`sim calibrate --out`) to apply (default: the "
+                                                "bundled validation/calibration.yaml): adds each point's error "
+                                                "uncalibrated, in-sample and cross-validated; none: no calibration."),
 ) -> None:
     """Run the published points (validation/published.yaml) and report the error."""
     from sim.outputs import check_output, json_text
