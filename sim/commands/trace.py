@@ -270,7 +270,8 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
           chunk_tokens: int = typer.Option(64, "--chunk-tokens", help="Tokens per stored chunk."),
           no_predictions: bool = typer.Option(False, "--no-predictions", help="Omit predicted sets.")) -> None:
     """Generate a synthetic trace at the model's full dimensions."""
-    from sim.traces.params import load_params, load_preset, preset_names
+    from sim.traces.derived import describe, preset_for
+    from sim.traces.params import load_params
     from sim.traces.synth import write_synthetic
 
     _positive(tokens, "--tokens")
@@ -282,15 +283,10 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
     if params is not None:
         chosen = load_params(params)
     else:
-        if preset is None:
-            from sim.profiles.registry import load_model
+        from sim.profiles.registry import load_model
 
-            load_model(model)  # an unknown model is named as such, not as a missing preset
-        name = preset or model
-        if name not in preset_names():
-            raise SimError(f"no preset named {name!r}; pass --preset NAME or --params FILE "
-                           f"(bundled presets: {', '.join(preset_names())})", field="--preset")
-        chosen = load_preset(name)
+        profile = load_model(model) if preset is None else None  # an unknown model is named as such
+        chosen = preset_for(preset, profile, hint="(or pass --params FILE)")
     dims = _dims_for(model, chosen)
     start = time.perf_counter()
     path, gen = write_synthetic(out, chosen, dims, tokens, seed, chunk_tokens=chunk_tokens,
@@ -302,6 +298,33 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
           f"{dims.n_neurons} neurons) from {chosen.name!r}, seed {seed}, in {elapsed:.1f} s")
     print(f"density per layer: target mean {target.mean():.4f}, realised mean {realised.mean():.4f} "
           f"(worst layer {worst:.1f}% off target)")
+    if params is None:
+        print(f"parameters: {describe(chosen)}")
+
+
+@app.command("presets")
+def presets(name: str | None = typer.Argument(None, help="Print this preset's parameters (YAML) instead."),
+            json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the synthetic-trace presets: the bundled ones and those derived for models without one."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.outputs import json_text
+    from sim.traces.derived import catalogue, origins_text, preset_for
+
+    if name is not None:
+        chosen = preset_for(name, field="NAME")
+        print(json_text(chosen.raw) if json_out else chosen.to_yaml(), end="\n" if json_out else "")
+        return
+    rows = catalogue()
+    if json_out:
+        print(json_text(rows))
+        return
+    table = Table("name", "kind", "density", "derived from")
+    for r in rows:
+        table.add_row(r["name"], r["kind"], f"{r['density']:.3g}" if r["density"] is not None else "-",
+                      origins_text(r["derived_from"]) if r["derived_from"] else "-")
+    Console().print(table)
 
 
 @app.command("fit")
