@@ -59,6 +59,9 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
            other_text: Path | None = typer.Option(
                None, "--other-text", help="Decoder LLMs: text that sets the thresholds and trains the predictor "
                                           "(required for them; not the --text)."),
+           record_density: float | None = typer.Option(
+               None, "--record-density", help="Decoder LLMs: record the sets thresholds for this density select "
+                                              "while the decode computes at --density (default: --density)."),
            ) -> None:
     """Run the numpy inference core on a text and record its activation trace.
 
@@ -68,8 +71,10 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
     """
     _positive(tokens, "--tokens")
     if model.lower() == "smollm2-135m" or model.endswith(".gguf"):
-        _record_decode(model, text, tokens, out, seed, density, prompt_tokens, other_text, cache_dir)
+        _record_decode(model, text, tokens, out, seed, density, prompt_tokens, other_text, cache_dir, record_density)
         return
+    if record_density is not None:
+        raise SimError("is for decoder LLMs (smollm2-135m or a .gguf file)", field="--record-density")
     check_int(seed, "--seed")
     if not text.is_file():
         raise SimError("is a folder; give a text file" if text.is_dir() else "no such text file", source=str(text),
@@ -86,11 +91,12 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
 
 
 def _record_decode(model: str, text: Path, tokens: int, out: Path, seed: int, density: float, prompt_tokens: int,
-                   other_text: Path | None, cache_dir: Path | None) -> None:
+                   other_text: Path | None, cache_dir: Path | None, record_density: float | None = None) -> None:
     _positive(prompt_tokens, "--prompt-tokens")
     check_int(seed, "--seed")
-    if not 0.0 < density <= 1.0:
-        raise SimError(f"must be in (0, 1], got {density}", field="--density")
+    for flag, value in (("--density", density), ("--record-density", record_density)):
+        if value is not None and not 0.0 < value <= 1.0:
+            raise SimError(f"must be in (0, 1], got {value}", field=flag)
     if other_text is None:
         raise SimError("a decoder trace needs a second text for its thresholds and predictor", field="--other-text")
     for flag, path in (("--text", text), ("--other-text", other_text)):
@@ -103,7 +109,8 @@ def _record_decode(model: str, text: Path, tokens: int, out: Path, seed: int, de
 
     resolve_gguf(model, cache_dir)
     path = record_decode_trace(load_llama(model, cache_dir), out, prompt_text=text, other_text=other_text,
-                               prompt_tokens=prompt_tokens, decode_tokens=tokens, density=density, seed=seed)
+                               prompt_tokens=prompt_tokens, decode_tokens=tokens, density=density, seed=seed,
+                               record_density=record_density)
     trace = _load(Path(path))
     print(f"wrote {path}: {trace.meta.n_tokens} tokens ({trace.meta.prompt_tokens} prompt), model {trace.meta.model}")
 
