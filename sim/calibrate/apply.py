@@ -83,15 +83,17 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     from sim.engine.simulation import DEFAULT_PROFILE_TOKENS
     from sim.profiles.edits import apply_path
     from sim.profiles.registry import load_model
-    from sim.profiles.yamlio import load_yaml_file
-    from sim.traces.params import PRESET_DIR, SynthDims, params_from_mapping, preset_names
+    from sim.traces.derived import preset_for
+    from sim.traces.params import SynthDims, params_from_mapping
     from sim.traces.synth import synth_trace
 
     profile = load_model(model)
     name = point.get("preset") or profile.name
-    if name not in preset_names():
-        raise SimError(f"has no trace preset {name!r} to calibrate", source=str(point.get("id")), field="preset")
-    raw = copy.deepcopy(load_yaml_file(PRESET_DIR / f"{name}.yaml"))
+    try:
+        raw = copy.deepcopy(preset_for(name, profile).raw)
+    except SimError as exc:
+        raise SimError(f"has no trace preset to calibrate: {exc.detail}", source=str(point.get("id")),
+                       field="preset") from None
     for path, value in edits.items():
         apply_path(raw, path, value, where=f"preset.{path}")
     params = params_from_mapping(raw, f"{name} (calibrated)")

@@ -272,5 +272,10 @@ def _print_table(s: dict[str, Any], request: RunRequest) -> None:
             for unit, frac in s[key].items():
                 util.add_row(unit, f"{frac:.1%}")
             console.print(util)
+    if s.get("trace_derived_from"):  # the model has no preset of its own: say where its activations came from
+        from sim.traces.derived import origins_text
+
+        console.print(f"trace: derived preset {s['trace_preset']} ({origins_text(s['trace_derived_from'])}; "
+                      f"sim trace presets {s['trace_preset']} shows it)", markup=False, highlight=False)
     for warning in s.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {warning}")
