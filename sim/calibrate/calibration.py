@@ -115,7 +115,7 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
                 vals.update(sub.values)
             folds[group] = vals
     meta = {"made_by": made_by, "code_version": _code_version(), "date": today(),
-            "decode_tokens": decode_tokens, "evaluations": full.evaluations,
+            "decode_tokens": decode_tokens, "max_evals": max_evals, "evaluations": full.evaluations,
             "warnings": list(full.warnings), "fold_notes": notes,
             "residuals": {i: {"before": _num(full.initial_residuals[i]), "after": _num(full.residuals[i])}
                           for i in full.points}}

@@ -54,7 +54,7 @@ def calibrate_cmd(
 
     made_by = " ".join(["sim calibrate", *(f"--points '{points}'" for _ in [0] if points),
                         *(f"--params '{params}'" for _ in [0] if params), f"--decode-tokens {decode_tokens}",
-                        *(["--no-cv"] if no_cv else [])])
+                        f"--max-evals {max_evals}", *(["--no-cv"] if no_cv else [])])
     cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals,
                           cross_validate=not no_cv, made_by=made_by, progress=progress)
     mapping = cal.to_mapping()
