@@ -79,6 +79,7 @@ def _num(x: float) -> float | None:
 
 def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
               max_evals: int = 200, cross_validate: bool = True, made_by: str = "sim calibrate",
+              cv_max_evals: int | None = None,
               progress: Callable[[str, int, float], None] | None = None) -> tuple[Calibration, FitResult]:
     """Fit on every point, then refit once per source group held out (leave-one-group-out).
 
@@ -110,12 +111,14 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
                                 "points to refit: kept at the prior's centre")
             vals = {u.name: u.midpoint for u in unknowns if u not in free}
             if free:
-                sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=max_evals, start=full.values, runs=runs,
+                sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=cv_max_evals or max_evals,
+                          start=full.values, runs=runs,
                           progress=(lambda n, c, g=group: progress(f"without {g}", n, c)) if progress else None)
                 vals.update(sub.values)
             folds[group] = vals
     meta = {"made_by": made_by, "code_version": _code_version(), "date": today(),
-            "decode_tokens": decode_tokens, "max_evals": max_evals, "evaluations": full.evaluations,
+            "decode_tokens": decode_tokens, "max_evals": max_evals,
+            "cv_max_evals": cv_max_evals or max_evals, "evaluations": full.evaluations,
             "warnings": list(full.warnings), "fold_notes": notes,
             "residuals": {i: {"before": _num(full.initial_residuals[i]), "after": _num(full.residuals[i])}
                           for i in full.points}}
