@@ -120,12 +120,16 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
 def _memory_summary(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The memory plan `sim memory` prints for a point's device, model, strategy and budget."""
     from sim.engine.strategies import get_strategy
+    from sim.profiles.edits import apply_overrides
     from sim.profiles.memory import plan_memory
     from sim.profiles.registry import load_device, load_model
 
     strat = get_strategy(kwargs.get("strategy", "powerinfer2"))
-    plan = plan_memory(load_model(kwargs["model"]), load_device(kwargs["device"]), budget=kwargs.get("memory_budget"),
-                       offload=kwargs.get("offload"), weights_dtype=kwargs.get("weights_dtype"),
+    edits = kwargs.get("overrides") or {}  # the point's profile edits, as its runs apply them
+    plan = plan_memory(load_model(apply_overrides("model", kwargs["model"], edits)),
+                       load_device(apply_overrides("device", kwargs["device"], edits)),
+                       budget=kwargs.get("memory_budget"), offload=kwargs.get("offload"),
+                       weights_dtype=kwargs.get("weights_dtype"),
                        predictor=strat.uses_predictor, split_scales=strat.split_scales)
     return {**plan.resident, "neuron_cache": plan.neuron_cache_bytes, "unused": plan.unused_bytes}
 

@@ -29,8 +29,7 @@ def check_timed_policy(policy: str, keeps_profile: bool, field: str = "--policy"
     from sim.cache import POLICY_NAMES, policy_class
 
     if not isinstance(policy, str) or policy not in POLICY_NAMES:  # offer only what this run can take
-        usable = [n for n in POLICY_NAMES if not policy_class(n).needs_future
-                  and (keeps_profile or not policy_class(n).needs_profile)]
+        usable = [n for n in POLICY_NAMES if _timed_usable(n, keeps_profile)]
         raise SimError(f"unknown policy {shown(policy)}; choose one of {', '.join(usable)}", field=field)
     cls = policy_class(policy)
     if cls.needs_future:
@@ -40,6 +39,22 @@ def check_timed_policy(policy: str, keeps_profile: bool, field: str = "--policy"
         raise SimError(f"{policy} needs an offline hot-neuron profile, which only the powerinfer2 strategy "
                        "keeps; choose another policy or strategy", field=field)
     return cls
+
+
+def plan_policies(keeps_profile: bool) -> list[str]:
+    """The cache policies ``sim plan`` tries for a strategy (in the registry's order): those the
+    registry marks as plan candidates that a timed run of the strategy can take."""
+    from sim.cache import POLICY_NAMES, policy_class
+
+    return [name for name in POLICY_NAMES if policy_class(name).plan_candidate and _timed_usable(name, keeps_profile)]
+
+
+def _timed_usable(name: str, keeps_profile: bool) -> bool:
+    """Whether policy ``name`` can serve a timed run of a strategy that keeps (or not) the profile."""
+    from sim.cache import policy_class
+
+    cls = policy_class(name)
+    return not cls.needs_future and (keeps_profile or not cls.needs_profile)
 
 
 def timed_policy_options(policy: str, popularity: np.ndarray | None, options: dict | None = None) -> dict:

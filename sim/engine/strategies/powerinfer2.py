@@ -35,12 +35,14 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work
-from sim.engine.neuron_cache import NeuronCache
+from sim.engine.neuron_cache import NeuronCache, plan_policies
 from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, Unit, register
+from sim.engine.strategies.search import Family, core_layouts
 from sim.engine.unit_labels import accelerator
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
+from sim.profiles.device import DeviceProfile
 
 CONVERT_TILES = 8  # pieces a layer's weights are converted in for the prefill's accelerator
 
@@ -507,6 +509,32 @@ class PowerInfer2(Strategy):
             # with the pipeline reads hide behind compute; without it they add to it
             total += attn + pred + (max(cpu_ffn, npu_ffn, io) if self.k.pipeline else max(cpu_ffn, npu_ffn) + io)
         return total + parallel(costs.lm_head(), dtype)
+
+    # -- what `sim plan` searches ([PI2 §5.3]'s planner: threads, cluster size, hot/cold split) ----
+    plan_knobs = ("compute_cores", "io_cores", "cluster_neurons", "npu_activation_share", "hot_share", "policy",
+                  "hot_unit")
+
+    @classmethod
+    def plan_space(cls, device: DeviceProfile) -> list[Family]:
+        accelerated = device.npu is not None or device.gpu is not None
+        return [
+            ("cores", core_layouts(device)),
+            ("hot_share", [{"hot_share": v} for v in (0.25, 0.5, 0.75, 1.0)]),
+            ("policy", [{"policy": v} for v in plan_policies(cls.keeps_profile)]),
+            # [PI2 §4.2] uses 512 neurons; smaller clusters lose on overhead
+            ("cluster_neurons", [{"cluster_neurons": v} for v in (256, 512, 1024, 2048)]),
+            ("npu_activation_share",
+             [{"npu_activation_share": v} for v in ((0.0, 0.25, 0.5, 0.75) if accelerated else (0.0,))]),
+            # the accelerator for that share: the NPU (None, the default) or the GPU, which on a
+            # phone without an NPU is the only one (the default then leaves the share on the CPU)
+            ("hot_unit", [{"hot_unit": v} for v in ([None, "gpu"] if device.gpu else [None])]),
+        ]
+
+    @classmethod
+    def spelled_out(cls, knobs: dict[str, Any], device: DeviceProfile) -> dict[str, Any]:
+        if knobs.get("hot_unit") is None and device.npu is not None:
+            return {**knobs, "hot_unit": "npu"}  # what the default means on this phone
+        return knobs
 
 
 def _wo(w: Work) -> tuple[float, float]:
