@@ -143,7 +143,8 @@ def load_calibration(ref: str | Path | None) -> Calibration | None:
         return None
     path = default_path() if ref is None else Path(ref)
     raw = load_yaml_text(path.read_text(encoding="utf-8"), str(path)) if ref is None else load_yaml_file(path)
-    return from_mapping(raw, str(path))
+    label = f"bundled validation/{DEFAULT_NAME}" if ref is None else str(path)
+    return from_mapping(raw, label)
 
 
 def from_mapping(raw: Mapping[str, Any], source: str) -> Calibration:
