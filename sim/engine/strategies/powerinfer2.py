@@ -498,11 +498,14 @@ class PowerInfer2(Strategy):
                 w = costs.neurons(n_npu)
                 npu_ffn = accel_kernel_time_s(accelerator(ctx.device, self.hot_unit), w.weight_bytes, w.ops,
                                               m.dram.agent_gbps(self.hot_unit, frozenset(both)), dtype)
+            # The single I/O thread serves the layer's batches one after another; only the
+            # first starts on an idle device and pays the latency, the rest are queued behind
+            # it and run back-to-back (as the DES charges them, Machine.read).
             io = 0.0
             for _, _, gate_miss, ud_miss in clusters:
                 g, u = self._cluster_reads(gate_miss, ud_miss)
-                io += m.flash.batch_time_s(g, self.gate_block, io_core, span_bytes=self.span_bytes)
-                io += m.flash.batch_time_s(u, self.ud_block, io_core, span_bytes=self.span_bytes)
+                for n, block in ((g, self.gate_block), (u, self.ud_block)):
+                    io += m.flash.batch_time_s(n, block, io_core, span_bytes=self.span_bytes, back_to_back=io > 0)
                 stats.flash_bytes += g * self.gate_block + u * self.ud_block
             # with the pipeline reads hide behind compute; without it they add to it
             total += attn + pred + (max(cpu_ffn, npu_ffn, io) if self.k.pipeline else max(cpu_ffn, npu_ffn) + io)
