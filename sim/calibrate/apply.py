@@ -31,9 +31,10 @@ def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
     from sim.profiles.registry import load_device, load_model
 
     facts: dict[str, str | None] = {"implementation": point.get("implementation") or point.get("strategy"),
-                                    "device": point.get("device"), "model_family": None, "os": None}
+                                    "device": point.get("device"), "model": None, "model_family": None, "os": None}
     if point.get("model"):
-        facts["model_family"] = load_model(point["model"]).family
+        profile = load_model(point["model"])
+        facts["model"], facts["model_family"] = profile.name, profile.family
     if point.get("device"):
         facts["os"] = getattr(load_device(point["device"]), "os", None)
     return facts

@@ -22,7 +22,7 @@ from sim.profiles.schema import validate
 from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 
 # What a scope may name. Anything finer (a point id, a budget, an offload) is refused.
-SCOPE_KINDS = ("model_family", "implementation", "device", "os")
+SCOPE_KINDS = ("model", "model_family", "implementation", "device", "os")
 PATH_KINDS = ("model", "device", "knobs", "preset")
 REGISTRY_NAME = "unknowns.yaml"
 

@@ -127,7 +127,8 @@ class PlanResult:
         default_strategy = RunConfig.model_fields["strategy"].default
         flags = (f" --strategy {self.strategy}" if self.strategy != default_strategy else "") + \
             (f" --decode-tokens {tokens}" if tokens is not None else "") + \
-            (f" --warmup-tokens {warmup}" if warmup != 16 else "") + (f" --seed {seed}" if seed else "")
+            (f" --warmup-tokens {warmup}" if warmup != 16 else "") + (f" --seed {seed}" if seed else "") + \
+            " --calibration none"  # the planner searches uncalibrated runs: the command reproduces its figures
         head = (f"# sim plan: {self.model} on {self.device} at memory budget {self.memory_budget} "
                 f"(objective {self.objective})\n"
                 f"# use it: sim run --device {refs['device']} --model {refs['model']} "

@@ -33,7 +33,7 @@ def test_registry_entries_are_physical_and_coarse():
     assert unknowns
     for u in unknowns:
         assert u.unit and u.meaning and u.evidence
-        assert set(u.scope) <= {"model_family", "implementation", "device", "os"}
+        assert set(u.scope) <= {"model", "model_family", "implementation", "device", "os"}  # never a point
 
 
 @pytest.mark.parametrize("scope", [{"point": "pi2-mixtral-7gb"}, {"budget": "7GB"}, {"offload": "0.5"}, {}])
