@@ -38,7 +38,28 @@ def load_points() -> list[dict[str, Any]]:
     points = data.get("points")
     if not isinstance(points, list):
         raise SimError("expected a list of points", source="published.yaml", field="points")
-    return points
+    return [_rung_knobs(p) if isinstance(p, dict) and "rung" in p else p for p in points]
+
+
+def _rung_knobs(point: dict[str, Any]) -> dict[str, Any]:
+    """A point of an ablation ladder names its rung (``rung: window``, on the strategy's ladder
+    or the point's ``ladder``) instead of spelling the knobs: they are `sim ablate`'s for that
+    rung (:func:`sim.explore.ablation.knobs_for_rung`), so both run the same configuration.
+    The point's own ``knobs`` are added; one the rung switches is refused."""
+    from sim.engine.strategies import get_strategy
+    from sim.explore.ablation import knobs_for_rung
+
+    where = f"{point.get('id')}.rung"
+    try:
+        rung = knobs_for_rung(get_strategy(point.get("strategy")), point["rung"], point.get("ladder"))
+    except SimError as exc:
+        raise SimError(exc.detail, source="published.yaml", field=where) from None
+    own = point.get("knobs") or {}
+    for knob in rung:
+        if knob in own:
+            raise SimError(f"knob {knob} is the rung's to set; drop it from knobs", source="published.yaml",
+                           field=where)
+    return {**point, "knobs": {**rung, **own}}
 
 
 def metric_value(summary: dict[str, Any], metric: str) -> float:
@@ -99,12 +120,16 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: 
 def _memory_summary(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The memory plan `sim memory` prints for a point's device, model, strategy and budget."""
     from sim.engine.strategies import get_strategy
+    from sim.profiles.edits import apply_overrides
     from sim.profiles.memory import plan_memory
     from sim.profiles.registry import load_device, load_model
 
     strat = get_strategy(kwargs.get("strategy", "powerinfer2"))
-    plan = plan_memory(load_model(kwargs["model"]), load_device(kwargs["device"]), budget=kwargs.get("memory_budget"),
-                       offload=kwargs.get("offload"), weights_dtype=kwargs.get("weights_dtype"),
+    edits = kwargs.get("overrides") or {}  # the point's profile edits, as its runs apply them
+    plan = plan_memory(load_model(apply_overrides("model", kwargs["model"], edits)),
+                       load_device(apply_overrides("device", kwargs["device"], edits)),
+                       budget=kwargs.get("memory_budget"), offload=kwargs.get("offload"),
+                       weights_dtype=kwargs.get("weights_dtype"),
                        predictor=strat.uses_predictor, split_scales=strat.split_scales)
     return {**plan.resident, "neuron_cache": plan.neuron_cache_bytes, "unused": plan.unused_bytes}
 

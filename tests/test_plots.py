@@ -20,6 +20,7 @@ from sim.errors import SimError
 from sim.plots import (
     BREAKDOWN_PARTS,
     latency_breakdown,
+    plot_ablation,
     plot_gantt,
     plot_latency_breakdown,
     plot_published_vs_predicted,
@@ -167,6 +168,18 @@ def test_validation_figures_show_each_point_and_name_failures(tmp_path):
     paths = write_validation_plots(df, tmp_path / "v")
     assert [p.name for p in paths] == ["validation_errors.png", "published_vs_predicted.png"]
     assert all(p.read_bytes()[:8] == PNG for p in paths)
+
+
+def test_ablation_bars_are_each_rungs_speed_labelled_with_its_step():
+    df = pd.DataFrame({"rung": ["baseline", "+bundle", "+pipeline"], "decode_tokens_per_s": [2.0, 3.0, 2.7],
+                       "speedup": [np.nan, 1.5, 0.9]})
+    ax = plot_ablation(df, caption="test")
+    assert [p.get_height() for p in ax.patches] == [2.0, 3.0, 2.7]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["baseline", "+bundle", "+pipeline"]
+    labels = [t.get_text() for t in ax.texts]
+    assert labels == ["2", "3\n1.50x", "2.7\n0.90x"]
+    with pytest.raises(SimError, match="speedup"):
+        plot_ablation(df.drop(columns="speedup"))
 
 
 def test_save_figure_rejects_unknown_formats(tmp_path):

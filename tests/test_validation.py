@@ -81,3 +81,28 @@ def test_a_point_that_cannot_run_is_reported_and_exits_2(monkeypatch, capsys):
     assert main(["validate", "--decode-tokens", "2"]) == 2
     text = capsys.readouterr().out
     assert "failed" in text and "no-such-model" in text
+
+
+def test_ladder_points_run_the_knobs_of_their_rung_as_sim_ablate_does():
+    """[FLASH] Table 2's points name their rungs; these are the knobs they used to spell out."""
+    points = {p["id"]: p for p in validation.load_points()}
+    naive = {"hybrid": False, "predictor": False, "window_k": 0, "bundling": False}
+    assert points["flash-opt-io-naive"]["knobs"] == naive == points["flash-opt-total-naive"]["knobs"]
+    assert points["flash-opt-io-hybrid"]["knobs"] == {"predictor": False, "window_k": 0, "bundling": False}
+    assert points["flash-opt-io-predictor"]["knobs"] == {"window_k": 0, "bundling": False}
+    assert points["flash-opt-io-window"]["knobs"] == {"bundling": False}
+    assert points["flash-opt-io-bundling"]["knobs"] == {}
+    assert points["pi2-bamboo-ablation-cache-hit"]["knobs"] == {"pipeline": False, "xpu": False}
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    ({"rung": "cache"}, "unknown rung 'cache'; the ladder's rungs: baseline, bundle, neuron_cache, pipeline, xpu"),
+    ({"rung": "bundle", "knobs": {"xpu": True}}, "knob xpu is the rung's to set"),
+    ({"rung": "bundle", "ladder": ["bundle", "warp"]}, "unknown mechanism 'warp'"),
+])
+def test_a_bad_rung_names_the_point(monkeypatch, extra, message):
+    point = {"id": "p", "source": "[X]", "strategy": "powerinfer2", **extra}
+    monkeypatch.setattr(validation, "load_yaml_text", lambda text, name: {"points": [point]})
+    with pytest.raises(validation.SimError, match=message) as err:
+        validation.load_points()
+    assert err.value.source == "published.yaml" and err.value.field == "p.rung"

@@ -136,6 +136,9 @@ class CachePolicy(ABC):
     needs_profile: ClassVar[bool] = False  # needs per-item request counts from a profile
     neuron_keys_only: ClassVar[bool] = False  # groups keys itself, so a layout must key single neurons
     item_arrays: ClassVar[bool] = True  # allocate the generic per-item state / size / pin arrays
+    # `sim plan` tries it as a strategy's cache policy: a general-purpose policy worth its evaluations
+    # (the others are baselines, bounds or special cases a plan would rarely pick)
+    plan_candidate: ClassVar[bool] = False
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
         self.capacity_bytes = check_int(capacity_bytes, "capacity_bytes", 0, MAX_CAPACITY_BYTES)

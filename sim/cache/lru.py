@@ -65,6 +65,7 @@ class LRU(CachePolicy):
     """Least recently used."""
 
     item_arrays = False
+    plan_candidate = True  # [PI2 §4.3]'s cold-region policy
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
         super().__init__(capacity_bytes, n_items, item_bytes)

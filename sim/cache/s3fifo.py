@@ -172,6 +172,8 @@ def s3fifo_kernel(prv, nxt, head, tail, freq, res, size, pin, scal, items, sizes
 class S3FIFO(CachePolicy):
     """S3-FIFO: small probationary FIFO + main CLOCK-like FIFO + ghost FIFO."""
 
+    plan_candidate = True  # scan-resistant where LRU is not: the one alternative a plan weighs
+
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1, *,
                  small_size_ratio: float = 0.1, ghost_size_ratio: float = 0.9, move_to_main_threshold: int = 2):
         super().__init__(capacity_bytes, n_items, item_bytes)

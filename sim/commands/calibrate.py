@@ -9,6 +9,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sim.commands.run_options import run_option
+
 app = typer.Typer(help="Fit the named unknowns (what no microbenchmark gives) to published points.",
                   invoke_without_command=True, no_args_is_help=False)
 
@@ -21,7 +23,7 @@ def calibrate_cmd(
     params: str | None = typer.Option(None, "--params", help="Unknown names or globs, comma-separated "
                                       "(default: all; `sim calibrate params` lists them)."),
     out: Path | None = typer.Option(None, "--out", help="Write the calibration here (.yaml)."),
-    decode_tokens: int = typer.Option(64, "--decode-tokens", help="Decode tokens per point run."),
+    decode_tokens: int = run_option("decode_tokens", 64, help="Decode tokens per point run."),
     max_evals: int = typer.Option(200, "--max-evals", help="Evaluations per fit (each runs every point once)."),
     no_cv: bool = typer.Option(False, "--no-cv", help="Skip the leave-one-source-group-out refits."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),

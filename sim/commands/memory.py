@@ -6,8 +6,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.commands.settings import parse_sets, profile_sets, with_overrides
+from sim.commands.run_options import run_option
+from sim.commands.settings import parse_sets, profile_sets
 from sim.errors import SimError
+from sim.profiles.edits import apply_overrides
 from sim.profiles.memory import RUN_CONTEXT_TOKENS, RUN_DECODE_TOKENS, RUN_PROMPT_TOKENS, plan_memory
 from sim.profiles.registry import load_device, load_model
 from sim.units import format_bytes
@@ -18,18 +20,17 @@ def register(app: typer.Typer) -> None:
 
 
 def memory(
-    device: str = typer.Option("oneplus-12", "--device", help="Device name or YAML path."),
-    model: str = typer.Option("turbosparse-mixtral-47b", "--model", help="Model name or YAML path."),
-    memory_budget: str | None = typer.Option(None, "--memory-budget",
-                                             help="DRAM budget: 7GB, 12GiB or 50% of the model's weights."),
-    offload: float | None = typer.Option(None, "--offload", help="Fraction of FFN weights kept only on flash."),
-    weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="fp32, fp16, int8 or int4."),
+    device: str = run_option("device"),
+    model: str = run_option("model"),
+    memory_budget: str | None = run_option("memory_budget",
+                                           help="DRAM budget: 7GB, 12GiB or 50% of the model's weights."),
+    offload: float | None = run_option("offload", help="Fraction of FFN weights kept only on flash."),
+    weights_dtype: str | None = run_option("weights_dtype"),
     context_tokens: int = typer.Option(
         RUN_CONTEXT_TOKENS, "--context-tokens",
         help=f"KV-cache length in tokens (default: sim run's prompt {RUN_PROMPT_TOKENS} + decode {RUN_DECODE_TOKENS}; "
              "a run sizes it for its --prompt-tokens + --decode-tokens)."),
-    strategy: str = typer.Option("powerinfer2", "--strategy",
-                                 help="Whose layout: predictors and resident FFN scales depend on it."),
+    strategy: str = run_option("strategy", help="Whose layout: predictors and resident FFN scales depend on it."),
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE",
         help="Repeatable; VALUE is YAML; one edit per field. A profile field by its path as in sim run: device.<path> "
@@ -43,12 +44,12 @@ def memory(
 
     overrides, typed = parse_sets(sets)
     profile_sets(overrides)
-    mod = load_model(with_overrides("model", model, overrides))
+    mod = load_model(apply_overrides("model", model, overrides))
     # A KV cache longer than the model can attend is a plan for a run that cannot happen.
     if context_tokens > mod.max_context:
         raise SimError(f"must be at most the model's max_context {mod.max_context}, got {context_tokens}",
                        field="--context-tokens")
-    dev = load_device(with_overrides("device", device, overrides))
+    dev = load_device(apply_overrides("device", device, overrides))
     strat = get_strategy(strategy)
     # the strategy's own memory rules, as sim run applies them (dense: every weight in DRAM)
     offload = strat.check_run({"memory_budget": memory_budget, "offload": offload, "policy": None})["offload"]

@@ -1,4 +1,4 @@
-"""`sim plan`: the PowerInfer-2 knobs that run a model fastest on a device at a memory budget."""
+"""`sim plan`: the strategy knobs (PowerInfer-2's by default) that run a model fastest on a device at a budget."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from sim.commands.settings import own_preset, parse_sets, profile_sets, with_overrides
+from sim.commands.run_options import run_option
+from sim.commands.settings import own_preset, parse_sets, profile_sets
 from sim.errors import SimError
 from sim.outputs import check_output
 
@@ -17,20 +18,22 @@ def register(app: typer.Typer) -> None:
 
 
 def plan(
-    device: str = typer.Option("oneplus-12", "--device", help="Device name or YAML path."),
-    model: str = typer.Option("turbosparse-mixtral-47b", "--model", help="Model name or YAML path."),
-    memory_budget: str = typer.Option(..., "--memory-budget", help="DRAM the app may use: 12GB, 12GiB or 50%."),
+    device: str = run_option("device"),
+    model: str = run_option("model"),
+    memory_budget: str = run_option("memory_budget", ..., help="DRAM the app may use: 12GB, 12GiB or 50%."),
     objective: str = typer.Option("tokens_per_s", "--objective", help="tokens_per_s (fastest) or energy (J/token)."),
     min_tokens_per_s: float | None = typer.Option(None, "--min-tokens-per-s", help="Reject plans slower than this."),
     out: Path | None = typer.Option(None, "--out", help="Write the plan YAML here (for sim run --plan)."),
     workers: int = typer.Option(1, "--workers", help="Local worker processes for the evaluations."),
     prune_tokens: int = typer.Option(8, "--prune-tokens", help="Decode tokens per analytic (pruning) evaluation."),
     confirm_tokens: int = typer.Option(32, "--confirm-tokens", help="Decode tokens per DES confirmation."),
-    warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Trace tokens replayed to warm the cache."),
+    warmup_tokens: int = run_option("warmup_tokens"),
     confirm: int = typer.Option(3, "--confirm", help="Best analytic candidates confirmed with the DES."),
     passes: int = typer.Option(2, "--passes", help="Rounds of one-knob-at-a-time search."),
-    seed: int = typer.Option(0, "--seed", help="Random seed (synthetic trace)."),
-    preset: str | None = typer.Option(None, "--preset", help="Synthetic-trace preset (default: the model's)."),
+    seed: int = run_option("seed", help="Random seed (synthetic trace)."),
+    preset: str | None = run_option("preset"),
+    strategy: str = run_option("strategy", help="The strategy whose knobs are searched (one that declares "
+                               "knobs to plan)."),
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE",
         help="Repeatable; VALUE is YAML; one edit per field. A profile field by its path as in sim run (plan for a "
@@ -48,14 +51,12 @@ def plan(
     overrides, typed = parse_sets(sets)
     profile_sets(overrides)
     preset = own_preset(model, overrides, None, preset)
-    result = search(with_overrides("device", device, overrides), with_overrides("model", model, overrides),
-                    memory_budget=memory_budget, objective=objective,
+    # the plan names the profiles as given and records the edits on them, as a run is given them
+    result = search(device, model, strategy=strategy, memory_budget=memory_budget, objective=objective,
                     min_tokens_per_s=min_tokens_per_s, prune_tokens=prune_tokens, confirm_tokens=confirm_tokens,
                     warmup_tokens=warmup_tokens, confirm=confirm, passes=passes, seed=seed, preset=preset,
-                    workers=workers)
-    result.overrides, result.set_args = overrides, typed
-    if overrides:  # the plan names the profiles the edits apply to, as a run is given them
-        result.device, result.model = device, model
+                    overrides=overrides, workers=workers)
+    result.set_args = typed
     text = result.to_yaml()
     if out is not None:
         try:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -9,8 +12,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from sim.commands.settings import PROFILE_PREFIXES, own_preset, parse_sets, with_overrides
+from sim.commands.run_options import with_run_options
+from sim.commands.settings import own_preset, parse_sets
 from sim.errors import SimError
+from sim.profiles.edits import PROFILE_PREFIXES, apply_overrides
 
 
 def register(app: typer.Typer) -> None:
@@ -84,24 +89,8 @@ def _profile_hashes(device: Any, model: Any) -> dict[str, str]:
             "model": digest(load_model(model).model_dump(mode="json"))}
 
 
+@with_run_options()
 def run(
-    device: str = typer.Option("oneplus-12", "--device", help="Device name or YAML path."),
-    model: str = typer.Option("turbosparse-mixtral-47b", "--model", help="Model name or YAML path."),
-    strategy: str = typer.Option("powerinfer2", "--strategy", help="powerinfer2, llm-in-flash, llamacpp, dense."),
-    memory_budget: str | None = typer.Option(None, "--memory-budget", help="19GB, 12GiB or 50% (of weights)."),
-    offload: float | None = typer.Option(None, "--offload", help="Fraction of FFN weights only on flash."),
-    weights_dtype: str | None = typer.Option(None, "--weights-dtype", help="fp32, fp16, int8 or int4."),
-    prompt_tokens: int = typer.Option(64, "--prompt-tokens", help="Prompt length (prefill)."),
-    decode_tokens: int = typer.Option(128, "--decode-tokens", help="Tokens to generate."),
-    warmup_tokens: int = typer.Option(16, "--warmup-tokens", help="Trace tokens replayed to warm the cache."),
-    profile_tokens: int | None = typer.Option(
-        None, "--profile-tokens",
-        help="Trace tokens used as the offline profile (0: the decoded ones; default 64 for presets, 0 for --trace)."),
-    trace: Path | None = typer.Option(None, "--trace", help="Activation trace (.npz)."),
-    preset: str | None = typer.Option(None, "--preset", help="Synthetic-trace preset (default: the model's)."),
-    policy: str | None = typer.Option(None, "--policy", help="Neuron-cache policy (e.g. lru, s3fifo)."),
-    seed: int = typer.Option(0, "--seed", help="Random seed."),
-    mode: str = typer.Option("des", "--mode", help="des (discrete-event) or analytic (cost model)."),
     plan: Path | None = typer.Option(None, "--plan", help="YAML of strategy knobs (e.g. from `sim plan`)."),
     sets: list[str] = typer.Option(
         [], "--set", metavar="KEY=VALUE",
@@ -114,53 +103,30 @@ def run(
                                       help="Draw a Gantt chart of the first tokens (.png, .pdf or .svg)."),
     tokens_csv: Path | None = typer.Option(None, "--tokens-csv", help="Write per-token rows as CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    **options: Any,
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
     from sim import kernel_warmup
-    from sim.engine.config import RunConfig
     from sim.engine.simulation import simulate
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
     # Outputs are checked before the run, so a finished simulation is never lost to a bad path.
-    inputs = {"--device": device, "--model": model, "--trace": trace, "--plan": plan}
+    inputs = input_files(**options, plan=plan)
     check_output(timeline, "--timeline", suffixes=(".json",), inputs=inputs)
     check_output(gantt, "--gantt", suffixes=PLOT_SUFFIXES, inputs=inputs)
     check_output(tokens_csv, "--tokens-csv", suffixes=(".csv",), inputs=inputs)
-    if mode == "analytic":
+    if options["mode"] == "analytic":
         for flag, value in (("--timeline", timeline), ("--gantt", gantt)):
             if value is not None:
                 raise SimError("the analytic cost model has no timeline; drop it or use --mode des", field=flag)
-    settings, typed = parse_sets(sets)
-    overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
-    knobs: dict[str, Any] = {}
-    plan_warnings: list[str] = []
-    device_ref, model_ref = with_overrides("device", device, overrides), with_overrides("model", model, overrides)
-    if plan is not None:
-        budget = memory_budget or (f"offload {offload}" if offload is not None else "the device's usable DRAM")
-        plan_knobs, plan_warnings = _plan_knobs(plan, strategy, {
-            "device": device, "model": model, "memory_budget": budget, "overrides": overrides,
-            "hashes": _profile_hashes(device_ref, model_ref)})
-        knobs.update(plan_knobs)
-    knobs.update({key: value for key, value in settings.items() if key not in overrides})
-    preset = own_preset(model, overrides, trace, preset)
-    try:
-        config = RunConfig.of(source="sim run", device=device_ref, model=model_ref, strategy=strategy, trace=trace,
-                              preset=preset, memory_budget=memory_budget, offload=offload, weights_dtype=weights_dtype,
-                              prompt_tokens=prompt_tokens, decode_tokens=decode_tokens, warmup_tokens=warmup_tokens,
-                              profile_tokens=profile_tokens, policy=policy, seed=seed, mode=mode, knobs=knobs)
-        helper = kernel_warmup.start(config)  # a first run: the engine's kernels compile beside the trace's
+    request = run_request(plan=plan, sets=sets, **options)
+    with request.knob_errors():
+        helper = kernel_warmup.start(request.config)  # a first run: the engine's kernels compile beside the trace's
         try:
-            result = simulate(config, timeline=timeline is not None or gantt is not None)
+            result = simulate(request.config, timeline=timeline is not None or gantt is not None)
         finally:
             kernel_warmup.stop(helper)
-    except SimError as exc:  # a knob error: `--set KNOB: ...`, as a profile field's, or the plan file's
-        knob = exc.field.split(".")[0] if exc.field and exc.field != "(top level)" else None
-        if exc.source == "--set" or (exc.source is None and knob in knobs):
-            if knob is None or knob in settings or plan is None:
-                raise SimError(exc.detail, field=f"--set {exc.field}" if knob else "--set") from None
-            raise SimError(exc.detail, source=str(plan), field=f"knobs.{exc.field}") from None
-        raise
-    result.summary["warnings"] = plan_warnings + list(result.summary.get("warnings", []))
+    result.summary["warnings"] = request.warnings + list(result.summary.get("warnings", []))
     if timeline is not None:
         from sim.engine.timeline import write_perfetto
 
@@ -171,17 +137,83 @@ def run(
         draw_gantt(result.spans, gantt)
     if json_out:
         # the run's configuration as resolved (defaults, knobs, core layout) rides along for reproducibility
-        # the base profiles as given and the edits on them make the run reproducible
-        config = {**result.config, "base_profiles": {"device": device, "model": model}, "overrides": overrides}
+        # the base profiles as given and the edits on them (its overrides) make the run reproducible
+        config = {**result.config, "base_profiles": {"device": options["device"], "model": options["model"]}}
         print(json_text({**result.summary, "config": config}), flush=True)
     else:
-        _print_table({**result.summary, "config": result.config}, typed, list(overrides))
+        _print_table({**result.summary, "config": result.config}, request)
     if tokens_csv is not None:  # after the results, so a write that fails (a full disk) loses only the CSV
         try:
             result.tokens.to_csv(tokens_csv, index=False)
         except OSError as exc:
             raise SimError(f"cannot write the per-token CSV (the results above are complete): "
                            f"{exc.strerror or exc}", source=str(tokens_csv), field="--tokens-csv") from None
+
+
+# sim run's flags that say where its results go, not what runs: the rest are the run options
+# (RunConfig's, sim.commands.run_options) and --plan/--set, which `sim ablate` takes too
+# (sim.commands.ablate reads them from run's signature).
+OUTPUT_FLAGS = ("timeline", "gantt", "tokens_csv", "json_out")
+
+
+def input_files(**options: Any) -> dict[str, Any]:
+    """The run options that name files an output must not overwrite, by flag."""
+    return {f"--{name}": options[name] for name in ("device", "model", "trace", "plan")}
+
+
+@dataclass
+class RunRequest:
+    """What sim run's options resolve to before anything runs: the configuration, the ``--set``
+    edits as typed (printed above the figures) and the plan file's warnings."""
+
+    config: Any  # sim.engine.config.RunConfig
+    typed: dict[str, str]
+    overrides: dict[str, Any]  # the profile edits among the --set values
+    warnings: list[str]
+    settings: dict[str, Any]  # every --set value, parsed
+    knobs: dict[str, Any]  # from --plan and --set
+    plan: Path | None
+
+    @contextmanager
+    def knob_errors(self) -> Iterator[None]:
+        """A knob's error names where the knob was given: ``--set KNOB`` or the plan file's field."""
+        try:
+            yield
+        except SimError as exc:
+            knob = exc.field.split(".")[0] if exc.field and exc.field != "(top level)" else None
+            if exc.source == "--set" or (exc.source is None and knob in self.knobs):
+                if knob is None or knob in self.settings or self.plan is None:
+                    raise SimError(exc.detail, field=f"--set {exc.field}" if knob else "--set") from None
+                raise SimError(exc.detail, source=str(self.plan), field=f"knobs.{exc.field}") from None
+            raise
+
+
+def run_request(*, plan: Path | None, sets: list[str], **options: Any) -> RunRequest:
+    """The :class:`RunRequest` of sim run's run options (every flag but :data:`OUTPUT_FLAGS`): the
+    flagged fields of RunConfig, ``--plan`` and ``--set``."""
+    from sim.engine.config import RunConfig
+
+    settings, typed = parse_sets(sets)
+    overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
+    knobs: dict[str, Any] = {}
+    plan_warnings: list[str] = []
+    device, model = options["device"], options["model"]
+    # the edited profiles now, so a bad edit is reported before anything else (the run applies them again)
+    edited = {kind: apply_overrides(kind, options[kind], overrides) for kind in ("device", "model")}
+    if plan is not None:
+        budget, offload = options["memory_budget"], options["offload"]
+        budget = budget or (f"offload {offload}" if offload is not None else "the device's usable DRAM")
+        plan_knobs, plan_warnings = _plan_knobs(plan, options["strategy"], {
+            "device": device, "model": model, "memory_budget": budget, "overrides": overrides,
+            "hashes": _profile_hashes(edited["device"], edited["model"])})
+        knobs.update(plan_knobs)
+    knobs.update({key: value for key, value in settings.items() if key not in overrides})
+    preset = own_preset(model, overrides, options["trace"], options["preset"])
+    request = RunRequest(None, typed, overrides, plan_warnings, settings, knobs, plan)
+    with request.knob_errors():
+        request.config = RunConfig.of(source="sim run", **{**options, "preset": preset}, knobs=knobs,
+                                      overrides=overrides)
+    return request
 
 
 def _fmt(value: Any) -> str:
@@ -192,10 +224,15 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _print_table(s: dict[str, Any], typed: dict[str, str], edits: list[str]) -> None:
+def print_edits(console: Console, request: RunRequest) -> None:
+    """A what-if says so before its figures: each profile edit, as it was typed."""
+    for key in request.overrides:
+        console.print(f"with --set {key}={request.typed[key]}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_table(s: dict[str, Any], request: RunRequest) -> None:
     console = Console()
-    for key in edits:  # a what-if says so before its figures, as it was typed
-        console.print(f"with --set {key}={typed[key]}", markup=False, highlight=False, soft_wrap=True)
+    print_edits(console, request)
     head = Table(title=f"{s['model']} on {s['device']} ({s['strategy']}, {s['mode']})", show_header=False)
     for key in ("decode_tokens_per_s", "prefill_tokens_per_s", "ttft_s", "latency_ms_mean", "latency_ms_p50",
                 "latency_ms_p99", "cache_hit_ratio", "cache_miss_ratio_mean", "cache_miss_ratio_p99",

@@ -1,19 +1,18 @@
 """``--set key=value``: strategy knobs and profile fields edited by their path, for any command.
 
 A key ``device.<field path>`` or ``model.<field path>`` (``:scale`` to multiply) edits the
-profile as a sweep axis does (:func:`sim.explore.resolve.profile_with_overrides`); other
-keys are strategy knobs, for the commands that take them.
+profile as a sweep axis does (a run's ``RunConfig.overrides``, applied by
+:func:`sim.profiles.edits.apply_overrides`); other keys are strategy knobs, for the
+commands that take them.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from sim.checks import shown
 from sim.errors import SimError
-
-PROFILE_PREFIXES = ("device.", "model.")
+from sim.profiles.edits import PROFILE_PREFIXES
 
 
 def parse_sets(values: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
@@ -44,23 +43,6 @@ def parse_sets(values: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
             raise SimError(f"cannot parse value {shown(raw)} ({exc.detail})", field=f"--set {key}") from None
         texts[key] = raw
     return sets, texts
-
-
-def with_overrides(kind: str, ref: str, sets: dict[str, Any]) -> Any:
-    """``ref`` itself, or the profile with the ``--set device.<path>=value`` (``model.``) overrides
-    applied and validated: the sweep's profile axes, for one run."""
-    from sim.explore.resolve import Resolver, profile_with_overrides
-    from sim.profiles.edits import SettingError
-
-    overrides = [(key, value) for key, value in sets.items() if key.startswith(f"{kind}.")]
-    if not overrides:
-        return ref
-    try:
-        return profile_with_overrides(kind, ref, overrides, Resolver(Path.cwd(), "--set"), " with --set overrides")
-    except SettingError as exc:
-        if exc.key == kind:  # the profile itself, before any override
-            raise SimError(exc.detail, source=exc.source, field=exc.field or f"--{kind}") from None
-        raise SimError(exc.detail, field=f"--set {exc.key}") from None
 
 
 def profile_sets(sets: dict[str, Any], flag: str = "--set") -> dict[str, Any]:

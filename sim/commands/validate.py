@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from sim.commands.run_options import run_option
 from sim.errors import SimError
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 def validate_cmd(
     ids: list[str] = typer.Argument(None, help="Point ids to run (default: all)."),
-    decode_tokens: int = typer.Option(64, "--decode-tokens", help="Decode tokens per point."),
+    decode_tokens: int = run_option("decode_tokens", 64, help="Decode tokens per point."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
     csv_out: Path | None = typer.Option(None, "--out", help="Write the table as CSV (.csv)."),
     plot_dir: Path | None = typer.Option(None, "--plot",

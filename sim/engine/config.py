@@ -23,10 +23,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.checks import check_int
 from sim.errors import SimError
+from sim.profiles.edits import PROFILE_PREFIXES
 
 MODES = ("des", "analytic")
 # Warm-up and profile tokens are trace tokens replayed before the timed ones (decode tokens
@@ -35,28 +36,49 @@ MODES = ("des", "analytic")
 MAX_TRACE_TOKENS = 1_000_000
 
 
+def option(default: Any, help: str, *, cli: str | None = None, flag: bool = True) -> Any:
+    """A run option: its default and the help of its flag (``--decode-tokens`` for ``decode_tokens``),
+    which ``sim run`` and every command taking run options derive from it
+    (:mod:`sim.commands.run_options`). ``cli`` is the flag's value type (``text`` or ``path``) for
+    a field that takes more than a command line can give (a profile object, a Trace); ``flag``
+    False for an option no flag of its own sets."""
+    extra = {"cli": cli} if cli else {}
+    return Field(default, description=help, json_schema_extra={**extra, **({} if flag else {"flag": False})} or None)
+
+
 class RunConfig(BaseModel):
-    """A run: device and model (name, YAML path or profile object), strategy and knobs, memory,
-    token counts, cache policy, activations (trace file/object or preset, seed) and mode."""
+    """A run: device and model (name, YAML path or profile object) with profile edits, strategy and
+    knobs, memory, token counts, cache policy, activations (trace file/object or preset, seed) and mode.
+
+    The fields are in the order ``sim run --help`` lists their flags.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, validate_default=True)
 
-    device: Any = "oneplus-12"  # name, YAML path or DeviceProfile
-    model: Any = "turbosparse-mixtral-47b"  # name, YAML path or ModelProfile
-    strategy: str = "powerinfer2"
-    trace: Any = None  # trace file path or a Trace; None: the preset's synthetic trace
-    preset: str | None = None  # synthetic-trace preset (default: the model's)
-    memory_budget: Any = None  # a size (19GB, 12GiB, bytes) or a percentage of the weights
-    offload: float | None = None  # fraction of FFN weights only on flash
-    weights_dtype: str | None = None
-    prompt_tokens: int = 64
-    decode_tokens: int = 128
-    warmup_tokens: int = 16
-    profile_tokens: int | None = None  # None: 64 for a preset's trace, 0 for a given trace
-    policy: str | None = None
-    seed: int = 0
-    mode: str = "des"
-    knobs: dict[str, Any] = {}  # the strategy's knobs as given (validated against its knob model)
+    device: Any = option("oneplus-12", "Device name or YAML path.", cli="text")  # or a DeviceProfile
+    model: Any = option("turbosparse-mixtral-47b", "Model name or YAML path.", cli="text")  # or a ModelProfile
+    strategy: str = option("powerinfer2", "powerinfer2, llm-in-flash, llamacpp, dense.")
+    # a size (19GB, 12GiB, bytes) or a percentage of the weights
+    memory_budget: Any = option(None, "19GB, 12GiB or 50% (of weights).", cli="text")
+    offload: float | None = option(None, "Fraction of FFN weights only on flash.")
+    weights_dtype: str | None = option(None, "fp32, fp16, int8 or int4.")
+    prompt_tokens: int = option(64, "Prompt length (prefill).")
+    decode_tokens: int = option(128, "Tokens to generate.")
+    warmup_tokens: int = option(16, "Trace tokens replayed to warm the cache.")
+    profile_tokens: int | None = option(  # None: 64 for a preset's trace, 0 for a given trace
+        None, "Trace tokens used as the offline profile (0: the decoded ones; default 64 for presets, 0 for --trace).")
+    # a trace file path or a Trace; None: the preset's synthetic trace
+    trace: Any = option(None, "Activation trace (.npz).", cli="path")
+    preset: str | None = option(None, "Synthetic-trace preset (default: the model's).")
+    policy: str | None = option(None, "Neuron-cache policy (e.g. lru, s3fifo).")
+    seed: int = option(0, "Random seed.")
+    mode: str = option("des", "des (discrete-event) or analytic (cost model).")
+    knobs: dict[str, Any] = option(  # validated against the strategy's knob model
+        {}, "The strategy's knobs as given (`sim run --set KNOB=VALUE` or --plan).", flag=False)
+    overrides: dict[str, Any] = option(
+        {}, "Profile edits applied to the device and model before the run, by field path: device.<path> or "
+            "model.<path> to a value, :scale on the key to multiply (`sim run --set device.<path>=VALUE`).",
+        flag=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -90,6 +112,7 @@ class RunConfig(BaseModel):
             raise SimError(f"expected a size such as 19GB, 12GiB or 50%, got {budget!r}", field="--memory-budget")
         if policy is not None:
             check_timed_policy(policy, keeps_profile=True)  # the name; the strategy's side is checked below
+        run["overrides"] = _checked_overrides(run["overrides"])
         if not isinstance(run["strategy"], str):
             raise SimError(f"expected a strategy name, got {type(run['strategy']).__name__}", field="--strategy")
         strat_cls = get_strategy(run["strategy"])
@@ -127,6 +150,7 @@ class RunConfig(BaseModel):
         trace = out["trace"]
         out["trace"] = str(trace) if isinstance(trace, str | Path) else (None if trace is None else "<in-memory>")
         out["knobs"] = dict(out["knobs"])
+        out["overrides"] = dict(out["overrides"])
         return out
 
     def canonical(self) -> dict[str, Any]:
@@ -145,6 +169,21 @@ class RunConfig(BaseModel):
         """The configuration's canonical hash: equal options (in any spelling order) give equal ids."""
         text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), default=str, allow_nan=True)
         return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def _checked_overrides(overrides: Any) -> dict[str, Any]:
+    """Profile edits as a plain mapping; each key addresses the device or the model profile
+    (the edits themselves are checked against the profile they edit, by check_options)."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise SimError(f"expected a mapping of profile field paths to values, got {type(overrides).__name__}",
+                       field="overrides")
+    for key in overrides:
+        if not isinstance(key, str) or not key.startswith(PROFILE_PREFIXES) or key in PROFILE_PREFIXES:
+            raise SimError(f"a profile edit is device.<field path> or model.<field path>, got {key!r}",
+                           field="overrides")
+    return dict(overrides)
 
 
 def _profile_label(value: Any) -> Any:

@@ -4,7 +4,9 @@ PowerInfer-2's segmented cache [PI2 §4.3] keeps the hottest neurons (found by o
 profiling) in a hot region and manages the remaining capacity neuron by neuron. The hot
 region here holds the ``hot_share`` most popular neurons and never evicts them; the rest
 of the budget goes to any policy of :mod:`sim.cache` (LRU by default). A hot share of 0
-gives a plain policy (LLM in a Flash's window, a page cache).
+gives a plain policy (LLM in a Flash's window, a page cache); ``static`` gives no policy at
+all, the whole budget pinned (a runtime without a dynamic cache, the baseline of [PI2] §7.5's
+ablation).
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ def check_timed_policy(policy: str, keeps_profile: bool, field: str = "--policy"
     from sim.cache import POLICY_NAMES, policy_class
 
     if not isinstance(policy, str) or policy not in POLICY_NAMES:  # offer only what this run can take
-        usable = [n for n in POLICY_NAMES if not policy_class(n).needs_future
-                  and (keeps_profile or not policy_class(n).needs_profile)]
+        usable = [n for n in POLICY_NAMES if _timed_usable(n, keeps_profile)]
         raise SimError(f"unknown policy {shown(policy)}; choose one of {', '.join(usable)}", field=field)
     cls = policy_class(policy)
     if cls.needs_future:
@@ -38,6 +39,22 @@ def check_timed_policy(policy: str, keeps_profile: bool, field: str = "--policy"
         raise SimError(f"{policy} needs an offline hot-neuron profile, which only the powerinfer2 strategy "
                        "keeps; choose another policy or strategy", field=field)
     return cls
+
+
+def plan_policies(keeps_profile: bool) -> list[str]:
+    """The cache policies ``sim plan`` tries for a strategy (in the registry's order): those the
+    registry marks as plan candidates that a timed run of the strategy can take."""
+    from sim.cache import POLICY_NAMES, policy_class
+
+    return [name for name in POLICY_NAMES if policy_class(name).plan_candidate and _timed_usable(name, keeps_profile)]
+
+
+def _timed_usable(name: str, keeps_profile: bool) -> bool:
+    """Whether policy ``name`` can serve a timed run of a strategy that keeps (or not) the profile."""
+    from sim.cache import policy_class
+
+    cls = policy_class(name)
+    return not cls.needs_future and (keeps_profile or not cls.needs_profile)
 
 
 def timed_policy_options(policy: str, popularity: np.ndarray | None, options: dict | None = None) -> dict:
@@ -50,19 +67,24 @@ def timed_policy_options(policy: str, popularity: np.ndarray | None, options: di
 
 class NeuronCache:
     def __init__(self, n_keys: int, item_bytes: int, capacity_bytes: int, popularity: np.ndarray | None,
-                 hot_share: float, policy: str, policy_options: dict | None = None, preload: bool = True):
+                 hot_share: float, policy: str, policy_options: dict | None = None, preload: bool = True,
+                 static: bool = False):
+        """``static``: the whole capacity is the pinned set, the offline profile's hottest neurons
+        (whether or not they fired in it), and nothing else is ever kept: every other neuron
+        misses each time it is needed."""
         from sim.cache import make_policy
 
         self.item_bytes = item_bytes
         n_hot = 0
         self.is_hot = np.zeros(n_keys, dtype=bool)
-        if popularity is not None and hot_share > 0:
-            n_hot = min(int(capacity_bytes * hot_share) // item_bytes, int(np.count_nonzero(popularity)))
+        if popularity is not None and (static or hot_share > 0):
+            n_hot = (min(capacity_bytes // item_bytes, n_keys) if static else
+                     min(int(capacity_bytes * hot_share) // item_bytes, int(np.count_nonzero(popularity))))
             if n_hot > 0:
                 hot = np.argpartition(-popularity, n_hot - 1)[:n_hot]
                 self.is_hot[hot] = True
         self.hot_bytes = n_hot * item_bytes
-        self.cold_capacity = max(0, capacity_bytes - self.hot_bytes)
+        self.cold_capacity = 0 if static else max(0, capacity_bytes - self.hot_bytes)
         options = timed_policy_options(policy, popularity, policy_options)
         self.policy: CachePolicy = make_policy(policy, capacity_bytes=self.cold_capacity, n_items=n_keys,
                                                item_bytes=item_bytes, **options)

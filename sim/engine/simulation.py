@@ -31,6 +31,7 @@ from sim.engine.unit_labels import accelerator
 from sim.engine.workload import check_trace_matches, iter_token_layers, popularity
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
+from sim.profiles.edits import apply_overrides
 from sim.profiles.memory import plan_memory
 from sim.profiles.model import ModelProfile
 from sim.profiles.registry import load_device, load_model
@@ -162,8 +163,8 @@ def check_options(config: RunConfig | str | Path | DeviceProfile | None = None, 
     budget the device cannot hold is found here too (by the memory plan).
     """
     cfg = as_config(config, model, strategy, **options)
-    dev = load_device(cfg.device)
-    mod = load_model(cfg.model)
+    dev = load_device(apply_overrides("device", cfg.device, cfg.overrides))
+    mod = load_model(apply_overrides("model", cfg.model, cfg.overrides))
     strat_cls = get_strategy(cfg.strategy)
     knob_values = parse_knobs(strat_cls, dict(cfg.knobs))
     prompt_tokens, decode_tokens = cfg.prompt_tokens, cfg.decode_tokens

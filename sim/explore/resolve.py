@@ -20,12 +20,12 @@ from typing import Any
 from pydantic import BaseModel
 
 from sim.errors import SimError
-from sim.profiles.edits import SettingError, edited_profile
+from sim.profiles.edits import PROFILE_KINDS, SettingError, edited_profile
 from sim.profiles.edits import blame as _blame
 from sim.units import parse_size_or_percent
 
-NOT_SETTINGS = ("knobs", "timeline")  # knobs have their own keys; a timeline is not a result
-PROFILE_KINDS = ("device", "model")
+# knobs have their own keys (knobs.<name>) and profile edits theirs (device.<path>, model.<path>)
+NOT_SETTINGS = ("knobs", "overrides")
 
 
 def classify(key: str, source: str = "spec", where: str | None = None) -> str:
@@ -183,6 +183,15 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
     task["device_hash"] = digest(profiles["device"])
     task["model_hash"] = digest(profiles["model"])
     return task
+
+
+def config_task(config: Any, resolver: Resolver | None = None) -> dict[str, Any]:
+    """The task of a :class:`~sim.engine.config.RunConfig` (a plan candidate, say): its options as
+    a point's settings, its profile edits as ``device.``/``model.`` settings, its knobs as knobs."""
+    settings = {name: getattr(config, name) for name in run_options()}
+    settings.update(config.overrides)
+    settings["knobs"] = dict(config.knobs)
+    return resolve_settings(settings, resolver)
 
 
 def run_config(task: dict[str, Any], device: Any, model: Any, run: dict[str, Any] | None = None) -> Any:

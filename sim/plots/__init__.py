@@ -4,7 +4,8 @@ Figures are built on :class:`matplotlib.figure.Figure` directly (no pyplot), so 
 from the CLI or a test never depends on a display or changes global backend state.
 
 One module per job: :mod:`~sim.plots.style` (colours, labels, captions, saving),
-:mod:`~sim.plots.cache` (cache-policy comparison), :mod:`~sim.plots.runs` (tokens/s vs
+:mod:`~sim.plots.ablation` (an ablation ladder's bars), :mod:`~sim.plots.cache` (cache-policy
+comparison), :mod:`~sim.plots.runs` (tokens/s vs
 budget, latency breakdown, Gantt), :mod:`~sim.plots.sweeps` (sweep heatmap) and
 :mod:`~sim.plots.validation` (published vs predicted). Import figures from ``sim.plots``;
 :mod:`~sim.plots.sweep_lines` (a sweep metric against one axis, for ``sim sweep plot``) is
@@ -13,6 +14,7 @@ imported from its module.
 
 from __future__ import annotations
 
+from sim.plots.ablation import draw_ablation, plot_ablation
 from sim.plots.cache import plot_cache_comparison, plot_flash_bytes_per_token, plot_miss_ratio_curves
 from sim.plots.runs import (
     BREAKDOWN_COLORS,
@@ -38,9 +40,11 @@ __all__ = [
     "SPAN_COLORS",
     "STRATEGY_COLORS",
     "add_caption",
+    "draw_ablation",
     "draw_gantt",
     "latency_breakdown",
     "metric_label",
+    "plot_ablation",
     "plot_cache_comparison",
     "plot_flash_bytes_per_token",
     "plot_gantt",

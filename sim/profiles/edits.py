@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from sim.profiles.model import ModelProfile
 
 SCALE_SUFFIX = ":scale"
+PROFILE_KINDS = ("device", "model")
+PROFILE_PREFIXES = ("device.", "model.")  # an edit's key: the profile it edits, then the field path
 
 # The source of a SimError for a path that names no field: a spec error, not a failed point.
 PATH_ERROR = "<unknown field path>"
@@ -182,6 +184,28 @@ def edited_profile(kind: str, data: dict[str, Any], overrides: list[tuple[str, A
         if inner:  # the edit set a whole section: say which field in it is wrong
             exc = SimError(f"{inner}: {exc.detail}", source=exc.source, field=exc.field)
         raise SettingError(exc, key) from None
+
+
+def apply_overrides(kind: str, ref: Any, overrides: Mapping[str, Any],
+                    suffix: str = " with --set overrides") -> Any:
+    """``ref`` (a name, a YAML path or a profile) with the edits of ``overrides`` whose keys are
+    ``<kind>.<field path>``, in order: a run's profile edits (``RunConfig.overrides``, ``sim run
+    --set device.<path>=VALUE``). Without such an edit ``ref`` itself comes back (a name stays a
+    name). A bad edit is a SimError naming it as ``--set KEY``; a profile that does not load,
+    the registry's own error."""
+    from sim.profiles.registry import load_device, load_model
+
+    edits = [(key, value) for key, value in overrides.items() if key.startswith(f"{kind}.")]
+    if not edits:
+        return ref
+    try:
+        with blame(kind):
+            profile = load_device(ref) if kind == "device" else load_model(ref)
+        return edited_profile(kind, profile.model_dump(mode="json"), edits, suffix)
+    except SettingError as exc:
+        if exc.key == kind:  # the profile itself, before any edit
+            raise SimError(exc.detail, source=exc.source, field=exc.field or f"--{kind}") from None
+        raise SimError(exc.detail, field=f"--set {exc.key}") from None
 
 
 def _refuse_borrowed_name(kind: str, before: Any, after: Any) -> None:

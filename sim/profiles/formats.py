@@ -117,8 +117,13 @@ class NeuronBundle:
         """
         if self.matrices < 3:
             return self.flash_bytes
-        share = _round_up(math.ceil(self.packed_bytes / self.matrices), self.alignment_bytes)
-        return min(share, self.flash_bytes)
+        return min(self.row_flash_bytes, self.flash_bytes)
+
+    @property
+    def row_flash_bytes(self) -> int:
+        """One matrix's row of the neuron read on its own: its share of the packed bundle,
+        padded to whole pages (the request size when rows are stored matrix by matrix)."""
+        return _round_up(math.ceil(self.packed_bytes / self.matrices), self.alignment_bytes)
 
     @property
     def up_down_flash_bytes(self) -> int:

@@ -3,9 +3,14 @@
 A decode step streams weights from DRAM, so what a profile needs is the bandwidth one core
 pulls alone (``mem_gbps`` of its cluster) and what all cores pull together
 (``cpu.mem_gbps``). Each thread works on its own arrays, well beyond the caches, with
-numpy's loops, which release the GIL; threads start together at a barrier and the
-bandwidth is the bytes moved over the wall-clock time from the first start to the last
-stop. Bytes are counted as STREAM counts them: copy ``b[:] = a`` moves 2 arrays, triad
+numpy's loops, which release the GIL; threads start each pass together at a barrier, and
+the pass takes as long as its slowest thread's CPU time (``time.thread_time``). A core
+streaming memory is busy all along (a stall on memory is CPU time), so on a quiet device
+that is the wall-clock time of the pass; on a busy one it leaves out the spells another
+process held the core, which are not the memory's: with 9 processes runnable on 2 cores a
+256 MiB copy measured 6-12 GB/s by the wall clock and 15-22 GB/s by CPU time, the wall clock's
+figure in a quieter minute (17-22 GB/s).
+Bytes are counted as STREAM counts them: copy ``b[:] = a`` moves 2 arrays, triad
 ``a = b + s * c`` (two numpy passes through ``a``) moves 5.
 """
 
@@ -47,14 +52,14 @@ def stream_bandwidth(kind: str = "copy", *, threads: int = 1, array_bytes: int =
     arrays of ``array_bytes`` (float64), pinned to ``cpus_per_thread[i]`` if given.
 
     Each thread's first pass only touches its pages in (not timed); the figure is the best
-    wall-clock pass of the group, as STREAM reports its best of several trials.
+    pass of the group (timed as the module says), as STREAM reports its best of several trials.
     """
     if kind not in ("copy", "triad"):
         raise ValueError(f"kind must be copy or triad, got {kind!r}")
     n = max(1, array_bytes // 8)
     rounds = max(1, passes)
     barriers = [threading.Barrier(threads) for _ in range(rounds)]
-    times: list[list[tuple[float, float, int]]] = [[] for _ in range(rounds)]
+    times: list[list[tuple[float, int]]] = [[] for _ in range(rounds)]  # per pass: (CPU seconds, bytes) per thread
     lock = threading.Lock()
     errors: list[BaseException] = []
 
@@ -68,10 +73,10 @@ def stream_bandwidth(kind: str = "copy", *, threads: int = 1, array_bytes: int =
                 _kernel(kind, a, b, c)  # page faults and first touch, not timed
                 for r in range(rounds):
                     barriers[r].wait()
-                    start = time.perf_counter()
+                    start = time.thread_time()
                     moved = _kernel(kind, a, b, c)
                     with lock:
-                        times[r].append((start, time.perf_counter(), moved))
+                        times[r].append((time.thread_time() - start, moved))
         except threading.BrokenBarrierError:
             pass
         except BaseException as exc:
@@ -97,7 +102,7 @@ def stream_bandwidth(kind: str = "copy", *, threads: int = 1, array_bytes: int =
     best = 0.0
     for rows in times:
         if len(rows) == threads:
-            wall = max(r[1] for r in rows) - min(r[0] for r in rows)
-            if wall > 0:
-                best = max(best, sum(r[2] for r in rows) / wall / 1e9)
+            took = max(r[0] for r in rows)
+            if took > 0:
+                best = max(best, sum(r[1] for r in rows) / took / 1e9)
     return StreamResult(best, threads, kind)

@@ -3,11 +3,11 @@
 A device profile's storage section is throughput curves (by request size, sequential and
 random), the span effect, the queue depth and the rate each core reaches when it issues
 the reads. All of it comes from one primitive, :func:`measure_reads`: ``readers`` threads,
-each with its own descriptor and one request in flight (blocking ``preadv``, which drops
-the GIL), read ``block``-byte requests for ``duration_s`` seconds, optionally pinned to
-given CPUs. Concurrent readers are how a queue depth is reached with the standard library
-alone (no io_uring binding ships with Python); fio's ``psync`` engine with ``numjobs``
-does the same.
+each with its own descriptor and one request in flight (blocking ``pread`` in a compiled
+loop that drops the GIL, :mod:`sim.profiling.preads`), read ``block``-byte requests for
+``duration_s`` seconds, optionally pinned to given CPUs. Concurrent readers are how a
+queue depth is reached without an io_uring binding (Python ships none, and PyPI has no
+well-kept one); fio's ``psync`` engine with ``--numjobs`` threads does the same.
 
 The figures are only the flash's if no read is served from DRAM, so :func:`cache_bypass`
 picks the first method that works on the test file's filesystem: ``O_DIRECT`` (Linux,
@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import contextlib
 import mmap
-import multiprocessing
 import os
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from sim.errors import SimError
+from sim.profiling.preads import ReadBuffer, read_batch
 from sim.profiling.topology import pinned
 
 KiB = 1024
@@ -40,6 +39,7 @@ MiB = 1024 * KiB
 PROBE_PREFIX = ".phonesim-profile-"  # the test file's name starts so: easy to spot if a SIGKILL left one
 WRITE_CHUNK = 8 * MiB
 DROP_EVERY_BYTES = 64 * MiB  # posix_fadvise method: cached pages are dropped this often per reader
+BATCH_BYTES = 64 * KiB  # bytes a reader requests between two looks at the clock (see batch_size)
 
 O_DIRECT = "O_DIRECT"
 F_NOCACHE = "F_NOCACHE"
@@ -167,16 +167,26 @@ def _open(path: Path, method: str) -> int:
     return fd
 
 
-def _offsets(pattern: str, reader: int, readers: int, slots: int, rng: np.random.Generator):
-    """Endless request offsets (in blocks) for one reader: random over the span, or a
-    sequential walk through the reader's own share of it."""
+def _offset_batches(pattern: str, reader: int, readers: int, slots: int, block: int,
+                    rng: np.random.Generator, batch: int) -> Iterator[np.ndarray]:
+    """Endless batches of ``batch`` request offsets (bytes, int64) for one reader: random
+    over the span, or a sequential walk through the reader's own share of it."""
     if pattern == "rand":
         while True:
-            yield from rng.integers(0, slots, 256).tolist()
+            yield rng.integers(0, slots, batch, dtype=np.int64) * block
     share = max(1, slots // readers)
     start = (reader * share) % slots
-    while True:
-        yield from range(start, min(start + share, slots))
+    walk = np.arange(start, min(start + share, slots), dtype=np.int64) * block
+    i = 0
+    while True:  # around the share again at its end
+        yield walk.take(np.arange(i, i + batch), mode="wrap")
+        i = (i + batch) % walk.size
+
+
+def batch_size(block: int) -> int:
+    """Requests per compiled batch: about 64 KiB of 4 KiB reads, one at 64 KiB and more, so a
+    reader looks at the clock every few milliseconds and all stop close to the deadline."""
+    return max(1, BATCH_BYTES // block)
 
 
 def measure_reads(path: Path, method: str, *, block: int, span: int, pattern: str = "rand", readers: int = 1,
@@ -184,20 +194,20 @@ def measure_reads(path: Path, method: str, *, block: int, span: int, pattern: st
                   seed: int = 0) -> ReadResult:
     """``readers`` threads read ``block``-byte requests from the first ``span`` bytes of ``path``
     for ``duration_s`` seconds (``pattern`` "rand" or "seq"), each pinned to
-    ``cpus_per_reader[i]`` if given. Offsets are multiples of ``block``."""
+    ``cpus_per_reader[i]`` if given. Offsets are multiples of ``block``.
+
+    Each thread issues its requests through :func:`sim.profiling.preads.read_batch`, one
+    blocking ``pread`` after the other in compiled code without the GIL: fio's ``psync``
+    engine with ``--numjobs`` threads, request for request (see that module for why).
+    """
     if pattern not in ("rand", "seq"):
         raise ValueError(f"pattern must be rand or seq, got {pattern!r}")
     slots = max(1, min(span, path.stat().st_size) // block)
     if method == FADVISE:
         drop_cached(path)
-    # Several readers run as processes where fork exists: threads of one interpreter hand the
-    # GIL to each other after every request, which halved the rate at depth 32 against fio's
-    # 32 psync jobs here. One reader runs in this process (pinning a thread is what a
-    # per-cluster figure needs).
-    ctx = multiprocessing.get_context("fork") if readers > 1 and hasattr(os, "fork") else None
-    barrier = ctx.Barrier(readers + 1) if ctx else threading.Barrier(readers + 1)
-    halt = ctx.Event() if ctx else threading.Event()
-    results = ctx.Queue() if ctx else None
+    batch = batch_size(block)
+    barrier = threading.Barrier(readers + 1)
+    halt = threading.Event()
     spans: list[tuple[float, float, int, int] | None] = [None] * readers
     errors: list[BaseException] = []
 
@@ -207,57 +217,41 @@ def measure_reads(path: Path, method: str, *, block: int, span: int, pattern: st
             with pinned(tuple(cpus) if cpus else None):
                 fd = _open(path, method)
                 try:
-                    buf = mmap.mmap(-1, block)
-                    slot_offsets = _offsets(pattern, i, readers, slots, np.random.default_rng([seed, i]))
-                    bufs = [buf]
-                    preadv, clock = os.preadv, time.perf_counter
+                    buf = ReadBuffer(block)
+                    batches = _offset_batches(pattern, i, readers, slots, block, np.random.default_rng([seed, i]),
+                                              batch)
+                    read_batch(fd, buf, next(batches)[:1])  # compiled (once per process) before the clock starts
+                    clock = time.perf_counter
                     barrier.wait()
                     start = clock()
                     deadline = start + duration_s
                     done = moved = since_drop = 0
-                    for slot in slot_offsets:
-                        got = preadv(fd, bufs, slot * block)
+                    for offsets in batches:
+                        got = read_batch(fd, buf, offsets)
                         moved += got
-                        done += 1
+                        done += offsets.size
                         if method == FADVISE:
                             since_drop += got
                             if since_drop >= DROP_EVERY_BYTES:
                                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
                                 since_drop = 0
-                        if not done & 7 and (halt.is_set() or clock() >= deadline):
+                        if halt.is_set() or clock() >= deadline:
                             break
-                    span_i = (start, clock(), done, moved)
-                    if results is not None:
-                        results.put((i, span_i, None))
-                    else:
-                        spans[i] = span_i
+                    spans[i] = (start, clock(), done, moved)
                 finally:
                     os.close(fd)
         except threading.BrokenBarrierError:
-            if results is not None:
-                results.put((i, None, None))
+            pass
         except BaseException as exc:  # reported by the caller
-            if results is not None:
-                results.put((i, None, OSError(getattr(exc, "errno", None), str(exc))))
-            else:
-                errors.append(exc)
+            errors.append(exc)
             barrier.abort()
 
-    if ctx is not None:
-        workers = [ctx.Process(target=_exit_after, args=(work, i, results), daemon=True) for i in range(readers)]
-    else:
-        workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(readers)]
+    workers = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(readers)]
     for w in workers:
         w.start()
     try:
         with contextlib.suppress(threading.BrokenBarrierError):
             barrier.wait()
-        if results is not None:
-            for _ in range(readers):
-                i, span_i, exc = results.get(timeout=duration_s + 60)
-                spans[i] = span_i
-                if exc is not None:
-                    errors.append(exc)
         for w in workers:
             while w.is_alive():
                 w.join(0.05)
@@ -278,17 +272,6 @@ def measure_reads(path: Path, method: str, *, block: int, span: int, pattern: st
     moved = sum(s[3] for s in finished)
     latency = float(np.mean([(s[1] - s[0]) / max(s[2], 1) for s in finished]))
     return ReadResult(gbps=moved / wall / 1e9 if wall > 0 else 0.0, latency_us=latency * 1e6, requests=requests)
-
-
-def _exit_after(work: Callable[[int], None], i: int, results: Any) -> None:
-    """A forked reader: run, flush its result to the parent, then leave at once (no atexit
-    handlers of the parent's libraries)."""
-    try:
-        work(i)
-        results.close()
-        results.join_thread()
-    finally:
-        os._exit(0)
 
 
 def best_of(repeats: int, measure: Callable[[], ReadResult]) -> ReadResult:

@@ -108,7 +108,7 @@ def profile_text(m: Measurements, name: str) -> str:
             f"      freq_ghz: {fmt(freq)}  # {when}, {freq_src}",
             f"      fp32_gflops: {fmt(k.fp32['gemm'])}  # {when}, numpy fp32 GEMM (BLAS held to one thread) on {core}",
             f"      int8_gops: {fmt(gemm)}  # {when}, int8 GEMM (numba, int32 accumulate) on {core}",
-            f"      mem_gbps: {fmt(mem.gbps)}  # {when}, numpy copy (STREAM bytes), one thread on "
+            f"      mem_gbps: {fmt(mem.gbps)}  # {when}, numpy copy (STREAM bytes, CPU time), one thread on "
             f"{cpu_label(cl.cpus[:1])}",
             f"      kernel_speed: {{dense_gemv: {fmt(ratios['dense_gemv'])}, sparse_gemv: "
             f"{fmt(ratios['sparse_gemv'])}}}  # {when}, int8 GEMV over a cache-resident matrix and over gathered "
@@ -116,8 +116,8 @@ def profile_text(m: Measurements, name: str) -> str:
             f"and {k.fp32['sparse_gemv'] / max(k.fp32['gemm'], MIN_RATE):.2f})",
             f"      io_4k_gbps: {fmt(io.gbps)}  # {when}, {io_how}, {span_note}, {m.bypass}",
         ]
-    lines.append(f"  mem_gbps: {fmt(cpu_mem)}  # {when}, numpy copy (STREAM bytes), best of 1..{all_cpus} threads, "
-                 "one per core")
+    lines.append(f"  mem_gbps: {fmt(cpu_mem)}  # {when}, numpy copy (STREAM bytes, CPU time), best of "
+                 f"1..{all_cpus} threads, one per core")
     peak = max([cpu_mem, *(r.gbps for r in m.dram_triad.values()), *(r.gbps for r in m.dram_cluster.values())])
     total = m.mem_total_bytes or 0
     usable = min(m.mem_available_bytes or total, total)

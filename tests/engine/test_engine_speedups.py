@@ -295,6 +295,10 @@ COMPILED_CONFIGS = {
         h.TINY_MOE, {"offload": 0.0, "knobs": {"split_gate_read": False, "cluster_neurons": 4}}),
     "no gate split, offloaded": (h.TINY_DENSE, {"offload": 0.7, "knobs": {"split_gate_read": False}}),
     "hot share on the GPU": (h.TINY_MOE, {"offload": 0.5, "knobs": {"hot_unit": "gpu"}}),
+    # [PI2] §7.5's ablation knobs the compiled phase covers (without the pipeline the processes run)
+    "rows read apart, a static resident set, the CPU alone": (
+        h.TINY_MOE, {"offload": 0.7, "knobs": {"bundle": False, "neuron_cache": False, "xpu": False}}),
+    "rows read apart, fp16": (h.TINY_DENSE, {"offload": 0.6, "weights_dtype": "fp16", "knobs": {"bundle": False}}),
 }
 
 

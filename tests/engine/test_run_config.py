@@ -64,5 +64,40 @@ def test_strategy_rules_live_behind_its_hook():
 
 
 def test_sweep_settings_are_the_config_fields():
-    assert resolve.run_options() == tuple(k for k in run_options() if k != "knobs")
+    assert resolve.run_options() == tuple(k for k in run_options() if k not in ("knobs", "overrides"))
     assert resolve.run_defaults()["decode_tokens"] == RunConfig().decode_tokens
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.floats(0.25, 4))
+def test_profile_edits_are_part_of_the_configuration_and_its_id(cores_a, cores_b, scale):
+    def cfg(cores: int) -> RunConfig:
+        return RunConfig(overrides={"device.cpu.clusters.big.cores": cores,
+                                    "device.storage.rand_read.*.gbps:scale": scale})
+
+    assert (cfg(cores_a).run_id() == cfg(cores_b).run_id()) == (cores_a == cores_b)
+    assert cfg(cores_a).run_id() != RunConfig().run_id()
+
+
+def test_a_run_with_edits_is_the_run_of_the_edited_profile_and_records_them():
+    edits = {"device.cpu.clusters.big.cores": 2, "model.n_layers:scale": 0.5}
+    kw = {"model": "turbosparse-mistral-7b", "offload": 0.5, "decode_tokens": 2, "warmup_tokens": 2,
+          "prompt_tokens": 4, "mode": "analytic"}
+    edited = simulate(RunConfig(**kw, overrides=edits))
+    by_objects = simulate(RunConfig(**{**kw, "model": sim.edit_model(kw["model"], {"n_layers:scale": 0.5})},
+                                    device=sim.edit_device("oneplus-12", {"cpu.clusters.big.cores": 2})))
+    plain = simulate(RunConfig(**kw))
+    assert edited.summary["decode_tokens_per_s"] == by_objects.summary["decode_tokens_per_s"]
+    assert edited.summary["decode_tokens_per_s"] != plain.summary["decode_tokens_per_s"]
+    assert edited.config["overrides"] == edits and plain.config["overrides"] == {}
+    assert edited.config["cores"] == by_objects.config["cores"] != plain.config["cores"]
+
+
+def test_bad_profile_edits_are_one_line_errors_naming_them():
+    for overrides in ({"cpu.cores": 1}, {"device.": 1}, ["device.x"]):
+        with pytest.raises(sim.SimError) as err:
+            RunConfig.of(overrides=overrides)
+        assert err.value.field == "overrides" and "\n" not in str(err.value)
+    with pytest.raises(sim.SimError, match="no field 'nope'") as err:
+        simulate(overrides={"device.nope": 1}, decode_tokens=1, mode="analytic")
+    assert err.value.field == "--set device.nope"

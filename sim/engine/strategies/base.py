@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine
+from sim.engine.strategies.search import Family
 from sim.engine.workload import LayerWork
 from sim.errors import SimError
 from sim.profiles.device import DeviceProfile
@@ -109,6 +110,12 @@ class Strategy(ABC):
     split_scales: ClassVar[bool] = True  # FFN scales resident, bundles without them in cache
     keeps_profile: ClassVar[bool] = False  # holds the offline hot-neuron profile (profile-based policies need it)
     readers_share_compute: ClassVar[bool] = False  # flash readers run on the compute cores, not cores of their own
+    # The mechanisms an ablation switches one at a time (`sim ablate`, sim.explore.ablation):
+    # each name maps to the knob values that switch it off, in the order the strategy's
+    # paper adds them to its baseline. Empty: nothing to ablate.
+    mechanisms: ClassVar[dict[str, dict[str, Any]]] = {}
+    # the knobs `sim plan` searches, in the order a plan spells them out; none: the strategy is not planned
+    plan_knobs: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, ctx: RunContext, knobs: Knobs):
         self.ctx = ctx
@@ -135,6 +142,19 @@ class Strategy(ABC):
         if config.trace is not None and config.seed:  # the seed only draws a preset's synthetic trace
             return [f"--seed {config.seed} changes nothing with --trace: the trace fixes the activations"]
         return []
+
+    # -- what `sim plan` searches (sim.explore.planner; the vocabulary is sim.engine.strategies.search)
+    @classmethod
+    def plan_space(cls, device: DeviceProfile) -> list[Family]:
+        """The knob families ``sim plan`` searches on ``device``, in search order (see
+        :mod:`~sim.engine.strategies.search`); they set only knobs of :attr:`plan_knobs`."""
+        return []
+
+    @classmethod
+    def spelled_out(cls, knobs: dict[str, Any], device: DeviceProfile) -> dict[str, Any]:
+        """``knobs`` (every knob, cores resolved) with what a default means on ``device`` written
+        out, so a plan file says what runs (a knob whose None picks a unit, for one)."""
+        return knobs
 
     @classmethod
     def default_cores(cls, device: DeviceProfile, needs_io: bool = True,

@@ -41,7 +41,7 @@ them (unified memory on both the M1 Max and the phones).
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -109,6 +109,10 @@ class LlmInFlash(Strategy):
     uses_predictor = True  # [FLASH §4.1]: the predictor is 1.25% of the model, held in DRAM
     split_scales = False  # [FLASH §3.2]: a neuron's bundle is self-contained (no separate scale region)
     readers_share_compute = True  # see default_cores
+    # [FLASH] Table 2's I/O ladder: naive, + hybrid, + predictor, + window, + bundling.
+    mechanisms: ClassVar[dict[str, dict[str, Any]]] = {
+        "hybrid": {"hybrid": False}, "predictor": {"predictor": False}, "window": {"window_k": 0},
+        "bundling": {"bundling": False}}
 
     @classmethod
     def default_cores(cls, device: DeviceProfile, needs_io: bool = True,
@@ -128,9 +132,7 @@ class LlmInFlash(Strategy):
         if knobs.bundling:
             self.reads_per_neuron, self.read_block = 1, bundle.flash_bytes
         else:
-            page = dev.storage.page_bytes
-            per_matrix = math.ceil(bundle.packed_bytes / model.ffn_matrices)
-            self.reads_per_neuron, self.read_block = model.ffn_matrices, -(-per_matrix // page) * page
+            self.reads_per_neuron, self.read_block = model.ffn_matrices, bundle.row_flash_bytes
         # Random reads land within the chosen experts' slice of the layer's flash image.
         self.span_bytes = model.top_k * model.ffn_dim * bundle.flash_bytes
         self.dense_block = knobs.dense_read_block_bytes or max(p.block for p in dev.storage.seq_read)

@@ -16,6 +16,12 @@ Decode, per layer [PI2 §4-5]:
 Prefill runs on the NPU over all prompt tokens, one layer at a time, while a big core
 prefetches the next layer's non-resident FFN weights with large sequential reads
 (``prefill_unit`` moves it to the GPU or the CPU; a phone without an NPU prefills on the CPU).
+
+Each mechanism [PI2] §7.5's ablation adds to its CPU baseline can be switched off, so `sim
+ablate` can replay that ladder on any phone: ``bundle`` (bundled Gate/Up/Down rows),
+``neuron_cache`` (the segmented cache; off, a static resident set), ``pipeline`` (the
+cluster pipeline; off, each stage's reads complete before its compute, in simpy processes
+only) and ``xpu`` (the accelerator's share; off, the CPU does all).
 """
 
 from __future__ import annotations
@@ -23,19 +29,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import Field, ValidationInfo, field_validator
 
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work, affine_in_count
-from sim.engine.neuron_cache import NeuronCache
+from sim.engine.neuron_cache import NeuronCache, plan_policies
 from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, Unit, register
+from sim.engine.strategies.search import Family, core_layouts
 from sim.engine.unit_labels import accelerator
 from sim.engine.workload import LayerWork, TokenWork
 from sim.hw.processors import accel_kernel_time_s, cpu_rate_gops
+from sim.profiles.device import DeviceProfile
 
 CONVERT_TILES = 8  # pieces a layer's weights are converted in for the prefill's accelerator
 
@@ -62,6 +70,20 @@ class PowerInfer2Knobs(Knobs):
                                                         "prefill_on_npu and the phone has one, else the CPU)")
     prefill_block_bytes: int = Field(512 * 1024, ge=4096, le=2**30,
                                      description="request size of the prefill's sequential prefetch reads")
+    # The mechanisms [PI2] §7.5's ablation (Fig. 14) adds one by one; `sim ablate` switches them.
+    bundle: bool = Field(True, description="a neuron's Gate, Up and Down rows stored together on flash and read "
+                                           "as one bundle ([PI2 §4.4]); false: each matrix's row is a request of "
+                                           "its own, from that matrix's region")
+    neuron_cache: bool = Field(True, description="the segmented neuron cache: pinned hot region plus a policy-"
+                                                 "managed cold region ([PI2 §4.3]); false: no dynamic cache, a "
+                                                 "static resident set of the budget's size (the offline profile's "
+                                                 "hottest neurons), the rest read each token it is needed")
+    pipeline: bool = Field(True, description="the neuron-cluster pipeline overlaps each cluster's flash reads "
+                                             "with other clusters' compute ([PI2 §4-5]); false: every cluster's "
+                                             "reads of a stage complete before that stage's compute starts, so "
+                                             "no read overlaps compute")
+    xpu: bool = Field(True, description="CPU and accelerator together: the NPU (or hot_unit) computes the hot "
+                                        "share and prefills ([PI2 §4.1-4.2]); false: the CPU does all")
 
     @field_validator("hot_unit", mode="before")
     @classmethod
@@ -77,6 +99,15 @@ class PowerInfer2Knobs(Knobs):
         if unit == "npu" and info.data.get("prefill_on_npu") is False:  # declared first, so already checked
             raise ValueError("prefill_on_npu: false contradicts prefill_unit: npu; set only prefill_unit")
         return unit
+
+    @field_validator("xpu")
+    @classmethod
+    def _cpu_alone(cls, xpu: bool, info: ValidationInfo) -> bool:
+        for name in ("hot_unit", "prefill_unit"):  # declared first, so already checked
+            unit = info.data.get(name)
+            if not xpu and unit in ("npu", "gpu"):
+                raise ValueError(f"false runs everything on the CPU, which contradicts {name}: {unit}; set one")
+        return xpu
 
 
 @dataclass(frozen=True)
@@ -99,6 +130,8 @@ class PowerInfer2(Strategy):
     summary = "PowerInfer-2: hot neurons on NPU, cold neuron clusters on CPU, pipelined flash I/O"
     knobs_model = PowerInfer2Knobs
     keeps_profile = True  # [PI2 §4.2]: the offline profile picks the hot neurons
+    mechanisms: ClassVar[dict[str, dict[str, Any]]] = {  # [PI2] §7.5, Fig. 14, in its order
+        name: {name: False} for name in ("bundle", "neuron_cache", "pipeline", "xpu")}
 
     def __init__(self, ctx: RunContext, knobs: PowerInfer2Knobs):
         super().__init__(ctx, knobs)
@@ -113,6 +146,11 @@ class PowerInfer2(Strategy):
         gated = ctx.model.ffn_gated and knobs.split_gate_read
         self.gate_block = bundle.gate_flash_bytes if gated else bundle.flash_bytes
         self.ud_block = bundle.up_down_flash_bytes if gated else 0
+        self.gate_rows = self.ud_rows = 1  # requests per missing neuron in each read
+        if not knobs.bundle:  # one request per matrix row, each padded to whole pages
+            n = ctx.model.ffn_matrices
+            self.gate_block, self.ud_block = bundle.row_flash_bytes, bundle.row_flash_bytes if gated else 0
+            self.gate_rows, self.ud_rows = (1, n - 1) if gated else (n, 0)
         # Random reads land within the chosen experts' slice of the flash image.
         self.span_bytes = ctx.model.top_k * ctx.model.ffn_dim * bundle.flash_bytes
         self._threads: tuple[np.ndarray, np.ndarray, float, float] | None = None
@@ -121,7 +159,8 @@ class PowerInfer2(Strategy):
 
     @staticmethod
     def _runs_hot_share(device: Any, knobs: PowerInfer2Knobs) -> bool:
-        return accelerator(device, knobs.hot_unit or "npu") is not None and knobs.npu_activation_share > 0
+        return (knobs.xpu and accelerator(device, knobs.hot_unit or "npu") is not None
+                and knobs.npu_activation_share > 0)
 
     @classmethod
     def analytic_plan_key(cls, setup: Any) -> tuple:
@@ -129,7 +168,7 @@ class PowerInfer2(Strategy):
         knobs, plan = setup.knobs, setup.plan
         use_npu = cls._runs_hot_share(setup.device, knobs)
         return (plan.neuron_cache_bytes, plan.neuron_dram_bytes, knobs.hot_share, setup.config.policy or knobs.policy,
-                use_npu, knobs.npu_activation_share if use_npu else None, knobs.cluster_neurons)
+                knobs.neuron_cache, use_npu, knobs.npu_activation_share if use_npu else None, knobs.cluster_neurons)
 
     # The cache and the placement tables are built on first use: a strategy made only for the
     # analytic costs (sim.engine.reevaluate, plans kept from an earlier run) never needs them.
@@ -137,7 +176,7 @@ class PowerInfer2(Strategy):
     def cache(self) -> NeuronCache:
         ctx, plan = self.ctx, self.ctx.plan
         return NeuronCache(ctx.n_keys, plan.neuron_dram_bytes, plan.neuron_cache_bytes, ctx.popularity,
-                           self.k.hot_share, ctx.policy or self.k.policy)
+                           self.k.hot_share, ctx.policy or self.k.policy, static=not self.k.neuron_cache)
 
     @cached_property
     def _placement(self) -> tuple[np.ndarray | None, np.ndarray]:
@@ -185,8 +224,8 @@ class PowerInfer2(Strategy):
     def _cluster_reads(self, gate_miss, ud_miss):  # ints or arrays of them
         """(gate-read requests, up/down-read requests) for clusters' missing neurons."""
         if self.ud_block:
-            return gate_miss, ud_miss
-        return gate_miss, 0 * gate_miss
+            return gate_miss * self.gate_rows, ud_miss * self.ud_rows
+        return gate_miss * self.gate_rows, 0 * gate_miss
 
     # -- decode --------------------------------------------------------------------------
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
@@ -205,6 +244,8 @@ class PowerInfer2(Strategy):
             t2 = env.now
             if self._compiled_phase():
                 yield from self._ffn_phase(n_npu, clusters, stats)
+            elif not self.k.pipeline:
+                yield from self._staged_ffn(n_npu, clusters, stats)
             else:
                 procs = []
                 if n_npu:
@@ -226,12 +267,12 @@ class PowerInfer2(Strategy):
         """Whether the FFN phase can be scheduled in one call (:mod:`sim.engine.cluster_schedule`).
 
         It covers PowerInfer-2's own configuration, one I/O thread on a single-queue
-        device; timelines (which record every cluster) and other set-ups run the
-        per-cluster simpy processes.
+        device, pipelined; timelines (which record every cluster), other set-ups and the
+        phase without the pipeline (:meth:`_staged_ffn`) run simpy processes.
         """
         m = self.ctx.machine
         return (m.compiled_phases and not m.record_spans and len(m.io_threads) == 1
-                and m.storage.capacity == 1)
+                and m.storage.capacity == 1 and self.k.pipeline)
 
     def _closed_token(self, plan: TokenPlan, context_tokens: int, stats: TokenStats) -> float:
         """A whole decode token when nothing else runs (:meth:`Machine.closed`): its phases
@@ -365,6 +406,28 @@ class PowerInfer2(Strategy):
             self._gbps[block] = m.flash.throughput_gbps(block, m.io_threads[0].core, span_bytes=self.span_bytes)
         return self._gbps[block]
 
+    def _staged_ffn(self, n_npu: float, clusters: tuple[np.ndarray, ...], stats: TokenStats) -> Event:
+        """The FFN phase without the pipeline (``pipeline: false``): the clusters' Gate reads,
+        then the Gate compute (with the NPU's job), then the Up/Down reads, then the Up/Down
+        compute, each stage waiting for the whole previous one, so no read overlaps compute.
+        Reads keep the pipeline's per-cluster batches, so the I/O work itself is unchanged."""
+        m, costs, env, dtype = self.ctx.machine, self.ctx.costs, self.ctx.machine.env, self.ctx.dtype
+        rows = list(zip(*(a.tolist() for a in clusters), strict=True))
+        reads = [self._cluster_reads(gate_miss, ud_miss) for _, _, gate_miss, ud_miss in rows]
+        first_mats = 1  # the gate decides which neurons fired (as in _cluster)
+        gate_jobs = [m.cpu_job("gate", *_wo(costs.neurons(n, first_mats)), dtype) for n, *_ in rows]
+        if n_npu:
+            gate_jobs.insert(0, m.accel_job(self.hot_unit, "ffn-hot", *_wo(costs.neurons(n_npu)), dtype))
+        ud_mats = self.ctx.model.ffn_matrices - first_mats
+        for stage in (
+                [m.read("gate-read", g, self.gate_block, span_bytes=self.span_bytes) for g, _ in reads if g],
+                gate_jobs,
+                [m.read("updown-read", u, self.ud_block, span_bytes=self.span_bytes) for _, u in reads if u],
+                [m.cpu_job("up-down", *_wo(costs.neurons(f, ud_mats)), dtype) for _, f, *_ in rows if f]):
+            if stage:
+                yield env.all_of([env.process(job) for job in stage])
+        stats.flash_bytes += sum(g * self.gate_block + u * self.ud_block for g, u in reads)
+
     def _cluster(self, n: int, n_fired: int, gate_miss: int, ud_miss: int, stats: TokenStats) -> Event:
         m, costs, dtype = self.ctx.machine, self.ctx.costs, self.ctx.dtype
         gate_reads, ud_reads = self._cluster_reads(gate_miss, ud_miss)
@@ -386,7 +449,8 @@ class PowerInfer2(Strategy):
         ctx, m = self.ctx, self.ctx.machine
         env, costs, model = m.env, ctx.costs, ctx.model
         p = ctx.prompt_tokens
-        unit = self.k.prefill_unit or ("npu" if (self.k.prefill_on_npu and ctx.device.npu is not None) else "cpu")
+        npu = self.k.prefill_on_npu and self.k.xpu and ctx.device.npu is not None
+        unit = self.k.prefill_unit or ("npu" if npu else "cpu")
         offload = ctx.plan.offload_fraction
         layer_ffn_flash = model.n_experts * model.ffn_dim * self.bundle.flash_bytes
         read_bytes = int(offload * layer_ffn_flash)
@@ -487,7 +551,9 @@ class PowerInfer2(Strategy):
                 a, b = affine_in_count(lambda n, block=block: m.flash.batch_time_s(
                     n, block, io_core, span_bytes=self.span_bytes))
                 io += a * per_layer(reads > 0) + b * per_layer(reads)
-        layer_s = np.maximum(np.maximum(cpu_ffn, npu_ffn), io) + pred
+        compute = np.maximum(cpu_ffn, npu_ffn)
+        # with the pipeline reads hide behind compute; without it they add to it
+        layer_s = (np.maximum(compute, io) if self.k.pipeline else compute + io) + pred
         token_s = np.add.reduceat(layer_s, np.arange(0, layer_s.size, max(n_layers, 1))) if layer_s.size else \
             np.zeros(len(plans))
         latency = token_s + attn * n_layers + head
@@ -499,6 +565,32 @@ class PowerInfer2(Strategy):
         latency, flash = self.analytic_costs_s([self.analytic_plan(layers, stats)], np.array([context_tokens]))
         stats.flash_bytes += int(flash[0])
         return float(latency[0])
+
+    # -- what `sim plan` searches ([PI2 §5.3]'s planner: threads, cluster size, hot/cold split) ----
+    plan_knobs = ("compute_cores", "io_cores", "cluster_neurons", "npu_activation_share", "hot_share", "policy",
+                  "hot_unit")
+
+    @classmethod
+    def plan_space(cls, device: DeviceProfile) -> list[Family]:
+        accelerated = device.npu is not None or device.gpu is not None
+        return [
+            ("cores", core_layouts(device)),
+            ("hot_share", [{"hot_share": v} for v in (0.25, 0.5, 0.75, 1.0)]),
+            ("policy", [{"policy": v} for v in plan_policies(cls.keeps_profile)]),
+            # [PI2 §4.2] uses 512 neurons; smaller clusters lose on overhead
+            ("cluster_neurons", [{"cluster_neurons": v} for v in (256, 512, 1024, 2048)]),
+            ("npu_activation_share",
+             [{"npu_activation_share": v} for v in ((0.0, 0.25, 0.5, 0.75) if accelerated else (0.0,))]),
+            # the accelerator for that share: the NPU (None, the default) or the GPU, which on a
+            # phone without an NPU is the only one (the default then leaves the share on the CPU)
+            ("hot_unit", [{"hot_unit": v} for v in ([None, "gpu"] if device.gpu else [None])]),
+        ]
+
+    @classmethod
+    def spelled_out(cls, knobs: dict[str, Any], device: DeviceProfile) -> dict[str, Any]:
+        if knobs.get("hot_unit") is None and device.npu is not None:
+            return {**knobs, "hot_unit": "npu"}  # what the default means on this phone
+        return knobs
 
 
 def _wo(w: Work) -> tuple[float, float]:
