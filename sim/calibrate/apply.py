@@ -83,15 +83,17 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     from sim.engine.simulation import DEFAULT_PROFILE_TOKENS
     from sim.profiles.edits import apply_path
     from sim.profiles.registry import load_model
-    from sim.profiles.yamlio import load_yaml_file
-    from sim.traces.params import PRESET_DIR, SynthDims, params_from_mapping, preset_names
+    from sim.traces.derived import preset_for
+    from sim.traces.params import SynthDims, params_from_mapping
     from sim.traces.synth import synth_trace
 
     profile = load_model(model)
     name = point.get("preset") or profile.name
-    if name not in preset_names():
-        raise SimError(f"has no trace preset {name!r} to calibrate", source=str(point.get("id")), field="preset")
-    raw = copy.deepcopy(load_yaml_file(PRESET_DIR / f"{name}.yaml"))
+    try:
+        raw = copy.deepcopy(preset_for(name, profile).raw)
+    except SimError as exc:
+        raise SimError(f"has no trace preset to calibrate: {exc.detail}", source=str(point.get("id")),
+                       field="preset") from None
     for path, value in edits.items():
         apply_path(raw, path, value, where=f"preset.{path}")
     params = params_from_mapping(raw, f"{name} (calibrated)")
@@ -104,3 +106,38 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
             _TRACES.popitem(last=False)
     _TRACES.move_to_end(key)
     return {"trace": _TRACES[key], "preset": None, "profile_tokens": DEFAULT_PROFILE_TOKENS}
+
+
+def run_facts(config: Any) -> dict[str, Any]:
+    """A run configuration as the point-like mapping :func:`run_overrides` reads: its device,
+    model, strategy (a user's run is the strategy's own implementation) and knobs."""
+    from sim.profiles.registry import load_device, load_model
+
+    return {"id": "run", "device": load_device(config.device).name, "model": load_model(config.model),
+            "strategy": config.strategy, "knobs": dict(config.knobs), "preset": config.preset}
+
+
+def calibrated_config(config: Any, calibration: Any, *, user_paths: tuple[str, ...] = ()) -> Any:
+    """``config`` (a :class:`~sim.engine.config.RunConfig`) with ``calibration``'s in-sample values
+    that cover it: profile fields edited on its device and model, knobs under the ones the
+    user gave, a trace from the edited preset. A value whose field the user set explicitly
+    (``user_paths``: ``device.<path>``, ``model.<path>`` or a knob name) is the user's, not
+    the calibration's. A run with its own trace keeps it: a preset value has nothing to edit.
+    """
+    from sim.engine.config import RunConfig
+
+    if calibration is None:
+        return config
+    facts = run_facts(config)
+    mine = set(user_paths)
+    values = {u: v for u, v in calibration.in_sample().items()
+              if not ({f"{u.kind}.{u.field_path}", u.field_path} & mine)
+              and not (u.kind == "preset" and config.trace is not None)}
+    over = run_overrides({**facts, "device": config.device, "model": config.model}, values,
+                         decode_tokens=config.decode_tokens, warmup_tokens=config.warmup_tokens, seed=config.seed)
+    if not over:
+        return config
+    if "knobs" in over:
+        over["knobs"] = {**over["knobs"], **dict(config.knobs)}  # the user's knobs win
+    options = {name: getattr(config, name) for name in type(config).model_fields}
+    return RunConfig.of(**{**options, **over})

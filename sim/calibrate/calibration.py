@@ -79,6 +79,7 @@ def _num(x: float) -> float | None:
 
 def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
               max_evals: int = 200, cross_validate: bool = True, made_by: str = "sim calibrate",
+              cv_max_evals: int | None = None,
               progress: Callable[[str, int, float], None] | None = None) -> tuple[Calibration, FitResult]:
     """Fit on every point, then refit once per source group held out (leave-one-group-out).
 
@@ -88,7 +89,8 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
     ``meta.fold_notes``). Returns the calibration and the full fit.
     """
     check_fit(points, unknowns)
-    full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals,
+    runs: dict[tuple, float] = {}  # predictions shared by the full fit and its folds
+    full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, runs=runs,
                progress=(lambda n, c: progress("all points", n, c)) if progress else None)
     folds: dict[str, dict[str, float]] = {}
     notes: dict[str, str] = {}
@@ -109,12 +111,14 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
                                 "points to refit: kept at the prior's centre")
             vals = {u.name: u.midpoint for u in unknowns if u not in free}
             if free:
-                sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=max_evals, start=full.values,
+                sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=cv_max_evals or max_evals,
+                          start=full.values, runs=runs,
                           progress=(lambda n, c, g=group: progress(f"without {g}", n, c)) if progress else None)
                 vals.update(sub.values)
             folds[group] = vals
     meta = {"made_by": made_by, "code_version": _code_version(), "date": today(),
-            "decode_tokens": decode_tokens, "evaluations": full.evaluations,
+            "decode_tokens": decode_tokens, "max_evals": max_evals,
+            "cv_max_evals": cv_max_evals or max_evals, "evaluations": full.evaluations,
             "warnings": list(full.warnings), "fold_notes": notes,
             "residuals": {i: {"before": _num(full.initial_residuals[i]), "after": _num(full.residuals[i])}
                           for i in full.points}}
@@ -139,7 +143,8 @@ def load_calibration(ref: str | Path | None) -> Calibration | None:
         return None
     path = default_path() if ref is None else Path(ref)
     raw = load_yaml_text(path.read_text(encoding="utf-8"), str(path)) if ref is None else load_yaml_file(path)
-    return from_mapping(raw, str(path))
+    label = f"bundled validation/{DEFAULT_NAME}" if ref is None else str(path)
+    return from_mapping(raw, label)
 
 
 def from_mapping(raw: Mapping[str, Any], source: str) -> Calibration:

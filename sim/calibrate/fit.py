@@ -92,8 +92,12 @@ def check_fit(points: list[Mapping[str, Any]], unknowns: list[Unknown]) -> None:
 
 def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
         max_evals: int = 200, start: Mapping[str, float] | None = None,
-        progress: Callable[[int, float], None] | None = None) -> FitResult:
-    """Fit ``unknowns`` to ``points`` (published.yaml entries) and return the estimate."""
+        progress: Callable[[int, float], None] | None = None, runs: dict[tuple, float] | None = None) -> FitResult:
+    """Fit ``unknowns`` to ``points`` (published.yaml entries) and return the estimate.
+
+    ``runs`` memoises predictions by point and the values in its scope; the folds of a
+    cross-validation pass one dict, so a fold starting at the full fit's values reruns nothing.
+    """
     from scipy.optimize import least_squares
 
     check_fit(points, unknowns)
@@ -103,11 +107,23 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     def values_at(u: np.ndarray) -> dict[Unknown, float]:
         return {unk: unk.from_unit(float(x)) for unk, x in zip(unknowns, u, strict=True)}
 
+    scoped = [applicable(unknowns, p) for p in points]
+    runs = {} if runs is None else runs
+
+    def predicted_at(i: int, vals: dict[Unknown, float]) -> float:
+        """Point ``i``'s prediction, run again only when a value in its scope moved: a
+        difference step of one unknown reruns just the points that unknown reaches."""
+        mine = {u: vals[u] for u in scoped[i]}
+        key = (str(points[i]["id"]), *sorted((u.name, int(round(v)) if u.integer else v) for u, v in mine.items()))
+        if key not in runs:
+            runs[key] = predict(points[i], mine, decode_tokens=decode_tokens)
+        return runs[key]
+
     def residuals(u: np.ndarray) -> np.ndarray:
         nonlocal evaluations
         evaluations += 1
         vals = values_at(u)
-        predicted = np.array([predict(p, vals, decode_tokens=decode_tokens) for p in points])
+        predicted = np.array([predicted_at(i, vals) for i in range(len(points))])
         r = np.log(predicted / published)
         if progress is not None:
             progress(evaluations, float(np.sum(r * r)))

@@ -25,6 +25,9 @@ def calibrate_cmd(
     out: Path | None = typer.Option(None, "--out", help="Write the calibration here (.yaml)."),
     decode_tokens: int = run_option("decode_tokens", 64, help="Decode tokens per point run."),
     max_evals: int = typer.Option(200, "--max-evals", help="Evaluations per fit (each runs every point once)."),
+    cv_max_evals: int | None = typer.Option(
+        None, "--cv-max-evals", help="Evaluations per cross-validation refit (default: --max-evals); each starts at "
+                                     "the full fit's values, so 2 takes one trust-region step from them."),
     no_cv: bool = typer.Option(False, "--no-cv", help="Skip the leave-one-source-group-out refits."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
 ) -> None:
@@ -42,6 +45,8 @@ def calibrate_cmd(
 
     check_decode_tokens(decode_tokens)
     check_int(max_evals, "--max-evals", 1, 100_000)
+    if cv_max_evals is not None:
+        check_int(cv_max_evals, "--cv-max-evals", 1, 100_000)
     check_output(out, "--out", suffixes=(".yaml", ".yml"))
     unknowns = select(load_unknowns(), params, "unknown", "--params")
     all_points = load_points()
@@ -56,8 +61,9 @@ def calibrate_cmd(
 
     made_by = " ".join(["sim calibrate", *(f"--points '{points}'" for _ in [0] if points),
                         *(f"--params '{params}'" for _ in [0] if params), f"--decode-tokens {decode_tokens}",
+                        f"--max-evals {max_evals}", *([f"--cv-max-evals {cv_max_evals}"] if cv_max_evals else []),
                         *(["--no-cv"] if no_cv else [])])
-    cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals,
+    cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, cv_max_evals=cv_max_evals,
                           cross_validate=not no_cv, made_by=made_by, progress=progress)
     mapping = cal.to_mapping()
     if out is not None:

@@ -103,6 +103,9 @@ def run(
                                       help="Draw a Gantt chart of the first tokens (.png, .pdf or .svg)."),
     tokens_csv: Path | None = typer.Option(None, "--tokens-csv", help="Write per-token rows as CSV."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    calibration: str | None = typer.Option(
+        None, "--calibration", help="Calibrated unknowns to apply (`sim calibrate --out`): default the bundled "
+                                    "validation/calibration.yaml; none: the microbenchmark-only prediction."),
     **options: Any,
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
@@ -119,7 +122,7 @@ def run(
         for flag, value in (("--timeline", timeline), ("--gantt", gantt)):
             if value is not None:
                 raise SimError("the analytic cost model has no timeline; drop it or use --mode des", field=flag)
-    request = run_request(plan=plan, sets=sets, **options)
+    request = run_request(plan=plan, sets=sets, calibration=calibration, **options)
     with request.knob_errors():
         helper = kernel_warmup.start(request.config)  # a first run: the engine's kernels compile beside the trace's
         try:
@@ -127,6 +130,7 @@ def run(
         finally:
             kernel_warmup.stop(helper)
     result.summary["warnings"] = request.warnings + list(result.summary.get("warnings", []))
+    result.summary["calibration"] = request.calibration
     if timeline is not None:
         from sim.engine.timeline import write_perfetto
 
@@ -173,6 +177,7 @@ class RunRequest:
     settings: dict[str, Any]  # every --set value, parsed
     knobs: dict[str, Any]  # from --plan and --set
     plan: Path | None
+    calibration: str = "none"  # the calibration applied (its file), or none
 
     @contextmanager
     def knob_errors(self) -> Iterator[None]:
@@ -188,10 +193,15 @@ class RunRequest:
             raise
 
 
-def run_request(*, plan: Path | None, sets: list[str], **options: Any) -> RunRequest:
+def run_request(*, plan: Path | None, sets: list[str], calibration: str | None = None, **options: Any) -> RunRequest:
     """The :class:`RunRequest` of sim run's run options (every flag but :data:`OUTPUT_FLAGS`): the
-    flagged fields of RunConfig, ``--plan`` and ``--set``."""
+    flagged fields of RunConfig, ``--plan``, ``--set`` and ``--calibration`` (default: the bundled
+    calibration's values where their scope covers the run; a value the user set is the user's)."""
+    from sim.calibrate.apply import calibrated_config
+    from sim.calibrate.calibration import load_calibration
     from sim.engine.config import RunConfig
+
+    cal = load_calibration(calibration)  # a bad file fails before anything runs
 
     settings, typed = parse_sets(sets)
     overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
@@ -213,6 +223,8 @@ def run_request(*, plan: Path | None, sets: list[str], **options: Any) -> RunReq
     with request.knob_errors():
         request.config = RunConfig.of(source="sim run", **{**options, "preset": preset}, knobs=knobs,
                                       overrides=overrides)
+        request.config = calibrated_config(request.config, cal, user_paths=(*overrides, *knobs))
+    request.calibration = cal.source if cal is not None else "none"
     return request
 
 
@@ -240,6 +252,7 @@ def _print_table(s: dict[str, Any], request: RunRequest) -> None:
         if key in s:
             head.add_row(key, _fmt(s[key]))
     console.print(head)
+    console.print(f"calibration: {s.get('calibration', 'none')}", markup=False, highlight=False, soft_wrap=True)
     if s["phases_ms_per_token"]:  # the cost model of some strategies has no phases
         phases = Table("phase", "ms per token", title="where decode time goes")
         for name, ms in s["phases_ms_per_token"].items():
@@ -259,5 +272,10 @@ def _print_table(s: dict[str, Any], request: RunRequest) -> None:
             for unit, frac in s[key].items():
                 util.add_row(unit, f"{frac:.1%}")
             console.print(util)
+    if s.get("trace_derived_from"):  # the model has no preset of its own: say where its activations came from
+        from sim.traces.derived import origins_text
+
+        console.print(f"trace: derived preset {s['trace_preset']} ({origins_text(s['trace_derived_from'])}; "
+                      f"sim trace presets {s['trace_preset']} shows it)", markup=False, highlight=False)
     for warning in s.get("warnings", []):
         console.print(f"[yellow]warning:[/yellow] {warning}")

@@ -59,6 +59,9 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
            other_text: Path | None = typer.Option(
                None, "--other-text", help="Decoder LLMs: text that sets the thresholds and trains the predictor "
                                           "(required for them; not the --text)."),
+           record_density: float | None = typer.Option(
+               None, "--record-density", help="Decoder LLMs: record the sets thresholds for this density select "
+                                              "while the decode computes at --density (default: --density)."),
            ) -> None:
     """Run the numpy inference core on a text and record its activation trace.
 
@@ -68,8 +71,10 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
     """
     _positive(tokens, "--tokens")
     if model.lower() == "smollm2-135m" or model.endswith(".gguf"):
-        _record_decode(model, text, tokens, out, seed, density, prompt_tokens, other_text, cache_dir)
+        _record_decode(model, text, tokens, out, seed, density, prompt_tokens, other_text, cache_dir, record_density)
         return
+    if record_density is not None:
+        raise SimError("is for decoder LLMs (smollm2-135m or a .gguf file)", field="--record-density")
     check_int(seed, "--seed")
     if not text.is_file():
         raise SimError("is a folder; give a text file" if text.is_dir() else "no such text file", source=str(text),
@@ -86,11 +91,12 @@ def record(model: str = typer.Option(..., "--model", help="Model name or weights
 
 
 def _record_decode(model: str, text: Path, tokens: int, out: Path, seed: int, density: float, prompt_tokens: int,
-                   other_text: Path | None, cache_dir: Path | None) -> None:
+                   other_text: Path | None, cache_dir: Path | None, record_density: float | None = None) -> None:
     _positive(prompt_tokens, "--prompt-tokens")
     check_int(seed, "--seed")
-    if not 0.0 < density <= 1.0:
-        raise SimError(f"must be in (0, 1], got {density}", field="--density")
+    for flag, value in (("--density", density), ("--record-density", record_density)):
+        if value is not None and not 0.0 < value <= 1.0:
+            raise SimError(f"must be in (0, 1], got {value}", field=flag)
     if other_text is None:
         raise SimError("a decoder trace needs a second text for its thresholds and predictor", field="--other-text")
     for flag, path in (("--text", text), ("--other-text", other_text)):
@@ -103,7 +109,8 @@ def _record_decode(model: str, text: Path, tokens: int, out: Path, seed: int, de
 
     resolve_gguf(model, cache_dir)
     path = record_decode_trace(load_llama(model, cache_dir), out, prompt_text=text, other_text=other_text,
-                               prompt_tokens=prompt_tokens, decode_tokens=tokens, density=density, seed=seed)
+                               prompt_tokens=prompt_tokens, decode_tokens=tokens, density=density, seed=seed,
+                               record_density=record_density)
     trace = _load(Path(path))
     print(f"wrote {path}: {trace.meta.n_tokens} tokens ({trace.meta.prompt_tokens} prompt), model {trace.meta.model}")
 
@@ -270,7 +277,8 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
           chunk_tokens: int = typer.Option(64, "--chunk-tokens", help="Tokens per stored chunk."),
           no_predictions: bool = typer.Option(False, "--no-predictions", help="Omit predicted sets.")) -> None:
     """Generate a synthetic trace at the model's full dimensions."""
-    from sim.traces.params import load_params, load_preset, preset_names
+    from sim.traces.derived import describe, preset_for
+    from sim.traces.params import load_params
     from sim.traces.synth import write_synthetic
 
     _positive(tokens, "--tokens")
@@ -282,15 +290,10 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
     if params is not None:
         chosen = load_params(params)
     else:
-        if preset is None:
-            from sim.profiles.registry import load_model
+        from sim.profiles.registry import load_model
 
-            load_model(model)  # an unknown model is named as such, not as a missing preset
-        name = preset or model
-        if name not in preset_names():
-            raise SimError(f"no preset named {name!r}; pass --preset NAME or --params FILE "
-                           f"(bundled presets: {', '.join(preset_names())})", field="--preset")
-        chosen = load_preset(name)
+        profile = load_model(model) if preset is None else None  # an unknown model is named as such
+        chosen = preset_for(preset, profile, hint="(or pass --params FILE)")
     dims = _dims_for(model, chosen)
     start = time.perf_counter()
     path, gen = write_synthetic(out, chosen, dims, tokens, seed, chunk_tokens=chunk_tokens,
@@ -302,6 +305,33 @@ def synth(model: str = typer.Option(..., "--model", help="Model profile name or 
           f"{dims.n_neurons} neurons) from {chosen.name!r}, seed {seed}, in {elapsed:.1f} s")
     print(f"density per layer: target mean {target.mean():.4f}, realised mean {realised.mean():.4f} "
           f"(worst layer {worst:.1f}% off target)")
+    if params is None:
+        print(f"parameters: {describe(chosen)}")
+
+
+@app.command("presets")
+def presets(name: str | None = typer.Argument(None, help="Print this preset's parameters (YAML) instead."),
+            json_out: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List the synthetic-trace presets: the bundled ones and those derived for models without one."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from sim.outputs import json_text
+    from sim.traces.derived import catalogue, origins_text, preset_for
+
+    if name is not None:
+        chosen = preset_for(name, field="NAME")
+        print(json_text(chosen.raw) if json_out else chosen.to_yaml(), end="\n" if json_out else "")
+        return
+    rows = catalogue()
+    if json_out:
+        print(json_text(rows))
+        return
+    table = Table("name", "kind", "density", "derived from")
+    for r in rows:
+        table.add_row(r["name"], r["kind"], f"{r['density']:.3g}" if r["density"] is not None else "-",
+                      origins_text(r["derived_from"]) if r["derived_from"] else "-")
+    Console().print(table)
 
 
 @app.command("fit")

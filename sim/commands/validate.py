@@ -29,9 +29,10 @@ def validate_cmd(
     csv_out: Path | None = typer.Option(None, "--out", help="Write the table as CSV (.csv)."),
     plot_dir: Path | None = typer.Option(None, "--plot",
                                          help="Folder to write the published-vs-predicted plots (PNG) to."),
-    calibration: str = typer.Option("none", "--calibration",
-                                    help="A calibration file (`sim calibrate --out`) to apply: adds each point's "
-                                         "error uncalibrated, in-sample and cross-validated; none: no calibration."),
+    calibration: str | None = typer.Option(None, "--calibration",
+                                           help="A calibration file (`sim calibrate --out`) to apply (default: the "
+                                                "bundled validation/calibration.yaml): adds each point's error "
+                                                "uncalibrated, in-sample and cross-validated; none: no calibration."),
 ) -> None:
     """Run the published points (validation/published.yaml) and report the error."""
     from sim.outputs import check_output, json_text
@@ -88,9 +89,12 @@ def validate_cmd(
             table.add_row(*cells)
         console = Console(width=200)
         if cv_mapes:  # the headline: the error on points the fit never saw
-            console.print(f"cross-validated MAPE {cv_mapes['mape_cv_pct']:.1f}% (in-sample "
-                          f"{cv_mapes['mape_in_sample_pct']:.1f}%, uncalibrated "
-                          f"{cv_mapes['mape_uncalibrated_pct']:.1f}%) over {cv_mapes['points']} points, "
+            def pct(key: str) -> str:
+                value = cv_mapes.get(key)
+                return "-" if value is None or not math.isfinite(value) else f"{value:.1f}%"
+
+            console.print(f"cross-validated MAPE {pct('mape_cv_pct')} (in-sample {pct('mape_in_sample_pct')}, "
+                          f"uncalibrated {pct('mape_uncalibrated_pct')}) over {cv_mapes['points']} points, "
                           f"calibration {cal.source}")
         console.print(table)
         if ok.any():

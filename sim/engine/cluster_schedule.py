@@ -14,7 +14,11 @@ for timelines and by the tests that compare both):
 - a compute job's DRAM bandwidth is fixed when it starts: the CPU's figure (shared with
   the NPU while the NPU job runs) split max-min fairly over the demands of the jobs
   already running and its own (:func:`sim.hw.dram.water_fill`);
-- a read takes the storage latency plus its bytes at the single I/O thread's throughput.
+- a read takes its bytes at the single I/O thread's throughput, plus the storage latency
+  only if it finds the I/O thread idle: a read that waited in the I/O queue starts the
+  instant the one before ends, its commands already in UFS's command queue, so its
+  latency hides behind that transfer (as :meth:`sim.hw.flash.FlashModel.batch_time_s`
+  with ``back_to_back`` and :meth:`sim.engine.machine.Machine.read` charge it).
 
 Events at one instant are handled in the order simpy handles them (everything ending
 then releases its resource, waiters are served first come first served, then the clusters
@@ -183,7 +187,8 @@ def schedule_ffn_phase(now, gate_reads, ud_reads, job_bytes, job_ops, has_ud, th
             w = wait_io[st[_IO_HEAD]]
             st[_IO_HEAD] += 1
             st[_IO_IDLE] = 0
-            _start_read(w, stage[w], now, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i, st)
+            _start_read(w, stage[w], now, True, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i,
+                        st)
         while st[_CPU_HEAD] < st[_CPU_TAIL]:  # waiting clusters take the freed threads
             th = _fastest_free(thread_free)
             if th < 0:
@@ -214,7 +219,8 @@ def _advance(c, now, stage, gate_reads, ud_reads, has_ud, job_bytes, job_ops, th
                 continue
             if st[_IO_IDLE] and st[_IO_HEAD] == st[_IO_TAIL]:
                 st[_IO_IDLE] = 0
-                _start_read(c, s, now, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i, st)
+                _start_read(c, s, now, False, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i,
+                            st)
             else:
                 wait_io[st[_IO_TAIL]] = c
                 st[_IO_TAIL] += 1
@@ -241,11 +247,15 @@ def _fastest_free(thread_free):
 
 
 @njit(cache=True)
-def _start_read(c, s, now, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i, st):
+def _start_read(c, s, now, queued, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i, st):
+    """Start cluster ``c``'s read stage ``s`` on the I/O thread. ``queued``: it waited behind
+    the read that just ended, so it runs back-to-back and its latency is hidden (the same
+    arithmetic as ``FlashModel.batch_time_s``, so both paths agree to the bit)."""
     n_req = gate_reads[c] if s == 0 else ud_reads[c]
     block = reads[0] if s == 0 else reads[2]
     gbps = reads[1] if s == 0 else reads[3]
-    d = reads[4] + n_req * block / (gbps * 1e9)
+    transfer = n_req * block / (gbps * 1e9)
+    d = transfer if queued else reads[4] + transfer
     io_busy[0] += d
     _push(heap_t, heap_s, heap_k, heap_i, st, now + d, np.int64(_READ), c)
 

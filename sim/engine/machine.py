@@ -391,6 +391,10 @@ class Machine:
              span_bytes: int | None = None, issuers: int = 1, blocking: bool = False) -> Event:
         """Issue a batch of reads from an I/O thread and wait until all complete.
 
+        On a single-queue device a batch queued behind another (it waited for the I/O thread
+        or the storage) runs back-to-back and costs only its transfer; one that finds the
+        device idle pays the read latency too (:meth:`FlashModel.batch_time_s`).
+
         ``issuers > 1`` splits the batch over that many I/O threads issuing at once (LLM in
         a Flash's 32 reader threads, llama.cpp's faulting compute threads); ``blocking``
         threads keep one request in flight each (see
@@ -401,6 +405,7 @@ class Machine:
         if issuers > 1 or blocking:
             yield from self._parallel_read(name, n_requests, block_bytes, sequential, span_bytes, issuers, blocking)
             return
+        asked = self.env.now
         thread = self._take(self.io_free)
         if thread is None:
             thread = yield self.io_free.get()
@@ -409,8 +414,15 @@ class Machine:
             slot = self.storage.request()
             yield slot
         self.active_issuers += 1
+        # On a single queue, a batch that had to wait for the I/O thread or the storage slot
+        # starts the instant the batch before it ends; its commands were queued meanwhile, so
+        # the device never idles and its latency hides behind that transfer. A batch that
+        # finds both free starts on an idle device and pays the latency (as the compiled
+        # FFN phase charges it, sim.engine.cluster_schedule).
+        back_to_back = self.storage.capacity == 1 and self.env.now > asked
         duration = self.flash.batch_time_s(n_requests, block_bytes, thread.core, sequential=sequential,
-                                           span_bytes=span_bytes, n_issuers=self.active_issuers)
+                                           span_bytes=span_bytes, n_issuers=self.active_issuers,
+                                           back_to_back=back_to_back)
         start = self.env.now
         if self.storage.capacity > 1:
             # The throughput curve is the device's at full queue: batches on other queues

@@ -94,21 +94,20 @@ _GENERATED: OrderedDict[tuple, Trace] = OrderedDict()
 
 
 def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -> Trace:
-    """The synthetic trace of preset ``name`` for this model's shape: kept in this process, and
+    """The synthetic trace of preset ``name`` (bundled, or derived for a model without one:
+    :func:`sim.traces.derived.preset_for`) for this model's shape: kept in this process, and
     generated only if the on-disk store (:mod:`sim.traces.store`) does not hold it yet."""
-    from sim.traces.params import PRESET_DIR, SynthDims, preset_names
+    from sim.traces.derived import preset_for
+    from sim.traces.params import SynthDims
     from sim.traces.store import stored_synth_trace
 
-    if name not in preset_names():
-        raise SimError(f"no synthetic-trace preset {name!r}; presets: {', '.join(preset_names())} "
-                       "(or pass --trace FILE)", field="--preset")
+    params = preset_for(name, model, hint="(or pass --trace FILE)")
     dims = SynthDims.from_model(model)
-    stat = (PRESET_DIR / f"{name}.yaml").stat()
-    key = (name, stat.st_mtime_ns, stat.st_size, dims, n_tokens, seed)
+    key = (params.to_yaml(), dims, n_tokens, seed)
     if key in _GENERATED:
         _GENERATED.move_to_end(key)
         return _GENERATED[key]
-    trace = replayable(stored_synth_trace(name, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS),
+    trace = replayable(stored_synth_trace(params, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS),
                        read_ahead=TRACE_READ_AHEAD)
     _GENERATED[key] = trace
     while len(_GENERATED) > GENERATED_TRACE_CACHE:
@@ -287,6 +286,9 @@ def simulate(config: RunConfig | str | Path | DeviceProfile | None = None, model
                         warnings=run_warnings + sorted(machine.flash.extrapolated))
     summary.update(device=dev.name, model=mod.name, strategy=strat_cls.name, mode=mode, seed=seed,
                    trace_source=tr.meta.source, wall_s=time.perf_counter() - wall0)
+    # which preset made a generated trace, and for a derived one where its groups came from ({}: not derived)
+    summary.update(trace_preset=(preset or mod.name) if trace is None else None,
+                   trace_derived_from=dict(tr.meta.extra.get("derived_from") or {}) if trace is None else {})
     resolved = cfg.model_copy(update={
         "device": dev.name, "model": mod.name, "strategy": strat_cls.name, "weights_dtype": plan.weights_dtype,
         "profile_tokens": profile_tokens, "knobs": knob_values.model_dump(),

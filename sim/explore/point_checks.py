@@ -123,15 +123,14 @@ def _relaxed_run(run: dict[str, Any]) -> dict[str, Any]:
 def _check_trace(task: dict[str, Any], model: Any) -> None:
     """What ``simulate`` checks once it opens its trace: the preset, a file's shape and length."""
     from sim.engine.simulation import resolve_trace
-    from sim.traces.params import preset_names
+    from sim.traces.derived import preset_for
 
     run, trace = task["run"], task["trace"]
     if "file" in trace:
         needed = (run["profile_tokens"] or 0) + run["warmup_tokens"] + run["decode_tokens"]
         resolve_trace(model, Trace.load(trace["file"]), None, needed, run["seed"])  # reads the metadata only
-    elif trace["preset"] not in preset_names():
-        raise SimError(f"no synthetic-trace preset {trace['preset']!r}; presets: {', '.join(preset_names())} "
-                       "(or use a trace file)", field="--preset")
+    else:
+        preset_for(trace["preset"], model, hint="(or use a trace file)")
 
 
 def _culprits(exc: SimError) -> list[str]:

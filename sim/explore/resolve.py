@@ -165,7 +165,8 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
         trace = {"file": str(tpath.resolve()), "sha256": _file_hash(tpath)}
     else:
         # the base model's preset: a model renamed by an axis keeps its own activations, as in sim run
-        trace = preset_ref(run["preset"] or resolver.profile_data("model", run["model"])["name"])
+        base_model = resolver.profile_data("model", run["model"])
+        trace = preset_ref(run["preset"] or base_model["name"], base_model)
     run_resolved = {k: run[k] for k in run_options() if k not in _NOT_RUN}
     with _blame("memory_budget"):
         run_resolved["memory_budget"] = _budget(run_resolved["memory_budget"])
@@ -205,12 +206,22 @@ def run_config(task: dict[str, Any], device: Any, model: Any, run: dict[str, Any
                         knobs=task["knobs"], **{**(task["run"] if run is None else run), **activations})
 
 
-def preset_ref(name: str) -> dict[str, Any]:
-    """A synthetic-trace preset by name, with its file's hash (editing a preset changes ids)."""
+def preset_ref(name: str, model: Any = None) -> dict[str, Any]:
+    """A synthetic-trace preset by name, with a hash of what it holds (editing it changes ids):
+    a bundled preset's file, or the content of one derived for ``model`` (a model without a
+    bundled preset; its hash follows the presets and profile it is derived from)."""
+    from sim.profiles.registry import load_model
+    from sim.traces.derived import preset_for
     from sim.traces.params import PRESET_DIR
 
     path = PRESET_DIR / f"{name}.yaml"
-    return {"preset": name, "sha256": _file_hash(path) if path.is_file() else None}
+    if path.is_file():
+        return {"preset": name, "sha256": _file_hash(path)}
+    try:
+        derived = preset_for(name, load_model(model) if model is not None else None)
+    except SimError:  # an unknown preset: the point's checks name it
+        return {"preset": name, "sha256": None}
+    return {"preset": name, "sha256": hashlib.sha256(derived.to_yaml().encode()).hexdigest()}
 
 
 def _budget(value: Any) -> Any:

@@ -8,7 +8,10 @@ The model is physical and uses only the device profile:
 - the CPU core that issues the reads runs the UFS driver, so it can issue at most
   ``io_4k_gbps / 4 KiB`` requests per second [PI2 §2.3: big 1076, mid 1008, little 762 MB/s];
 - a batch of ``n`` requests costs one request latency (filling the queue) plus its bytes
-  at the resulting throughput, so small batches cannot hide latency;
+  at the resulting throughput, so small batches cannot hide latency; a batch issued
+  back-to-back (its issuer had it queued behind the batch before, so its commands sit in
+  the command queue while that one transfers) costs only its transfer: the queue never
+  drains between them, so its latency hides behind the previous batch's data;
 - a command queue holds at most ``queue_depth`` requests, each in flight for a latency
   plus its transfer, so by Little's law a queue moves at most ``queue_depth x size /
   (latency + size / rate)``: at queue depth 1 a 4 KiB random read is latency-bound (tens
@@ -84,13 +87,21 @@ class FlashModel:
         return 1.0 - self.device.storage.multi_issuer_penalty * (1.0 - 1.0 / per_queue)
 
     def batch_time_s(self, n_requests: int, block_bytes: int, core: CpuCluster, *, sequential: bool = False,
-                     span_bytes: int | None = None, n_issuers: int = 1) -> float:
-        """Time to serve ``n_requests`` reads of ``block_bytes`` issued together by ``core``."""
+                     span_bytes: int | None = None, n_issuers: int = 1, back_to_back: bool = False) -> float:
+        """Time to serve ``n_requests`` reads of ``block_bytes`` issued together by ``core``.
+
+        ``back_to_back``: the batch starts the instant the one before it on the same queue
+        ends, having waited behind it (PowerInfer-2's single I/O thread with more reads
+        pending). Its commands were queued during that transfer (UFS keeps ``queue_depth``
+        of them), so the device never idles and the batch costs only its transfer; a batch
+        that finds the device idle pays the latency to fill the queue first.
+        """
         if n_requests <= 0:
             return 0.0
         gbps = self.throughput_gbps(block_bytes, core, sequential=sequential, span_bytes=span_bytes,
                                     n_issuers=n_issuers)
-        return self.latency_s + n_requests * block_bytes / (gbps * 1e9)
+        transfer = n_requests * block_bytes / (gbps * 1e9)
+        return transfer if back_to_back else self.latency_s + transfer
 
     def parallel_throughput_gbps(self, block_bytes: int, threads: Sequence[CpuCluster], *, sequential: bool = False,
                                  span_bytes: int | None = None, blocking: bool = True,

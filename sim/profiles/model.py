@@ -64,12 +64,15 @@ class ModelProfile(Strict):
     max_context: int = Field(ge=1)
     ffn_gated: bool  # gate/up/down (SwiGLU-style) versus up/down
     activation: Activation = documentary("read only when recording a trace from weights (sim trace "
-                                         "record); a run replays the trace")
+                                         "record) and to choose the preset a model without one derives "
+                                         "its locality from (sim trace presets); a run replays the trace")
     tied_embeddings: bool = False
     moe: MoeSpec | None = None
     sparsity: SparsitySpec = documentary("the published figure, kept for reference (the simulated "
-                                         "activations come from the trace: --preset or --trace; "
-                                         "sim trace synth makes one at another density)")
+                                         "activations come from the trace: --preset or --trace; a model "
+                                         "without a bundled preset derives its preset's density from it, "
+                                         "see sim trace presets; sim trace synth makes one at another "
+                                         "density)")
     predictor: PredictorSpec
     default_dtype: WeightsDtype = "int4"
     # total parameters, billions, from the model card (the dimensions give the simulated sizes)

@@ -30,8 +30,10 @@ interpolated over relative depth 0..1, so a 6-layer fit drives a 32-layer model)
 mapping ``{at: [depths], value: [values]}`` of anchors at relative depths.
 
 Every group in a bundled preset carries ``source`` (paper, table, section),
-``calibrated`` (tuned to reproduce a published figure, which is named) or ``assumed``
-(why) -- the tests enforce it.
+``calibrated`` (tuned to reproduce a published figure, which is named), ``fitted`` (by
+``sim trace fit`` on a named trace) or ``assumed`` (why) -- the tests enforce it. A preset
+derived for a model without one (:mod:`sim.traces.derived`) adds ``derived`` to each group
+and a top-level ``derived_from`` naming each group's origin.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ from sim.checks import check_int
 from sim.checks import shown as _shown
 from sim.errors import SimError
 
-PROVENANCE_KEYS = ("source", "calibrated", "assumed", "fitted")
+PROVENANCE_KEYS = ("source", "calibrated", "assumed", "fitted", "derived")
 MAX_EXPERTS = 2**15 - 1  # expert ids are int16 in traces
 
 
@@ -287,7 +289,7 @@ _GROUP_KEYS: dict[str, set[str]] = {
     "routing": {"popularity", "persistence"},
     "predictor": {"recall", "precision", "false_positive_rate", "fp_skew", "fp_persistence"},
 }
-_TOP_KEYS = {"name", "description", "made_for", *_GROUP_KEYS}
+_TOP_KEYS = {"name", "description", "made_for", "derived_from", *_GROUP_KEYS}
 
 
 def params_from_mapping(raw: dict[str, Any], source: str = "<params>") -> SynthParams:
@@ -297,6 +299,11 @@ def params_from_mapping(raw: dict[str, Any], source: str = "<params>") -> SynthP
     unknown = sorted(set(raw) - _TOP_KEYS)
     if unknown:
         raise SimError(f"unknown keys {unknown}; allowed: {sorted(_TOP_KEYS)}", source=source)
+    origins = raw.get("derived_from")
+    if origins is not None and not (isinstance(origins, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in origins.items())):
+        raise SimError("must map parameter groups to where they came from (text)", source=source,
+                       field="derived_from")
     for required in ("density", "propensity", "persistence"):
         if required not in raw:
             raise SimError("is required", source=source, field=required)

@@ -304,6 +304,8 @@ class TraceSynthesizer:
         d = self.dims
         extra: dict[str, Any] = {"params": self.params.name, "params_source": self.params.source,
                                  "target_density": [round(float(x), 6) for x in self._density]}
+        if self.params.raw.get("derived_from"):  # a derived preset says where each group came from
+            extra["derived_from"] = dict(self.params.raw["derived_from"])
         predictor: dict[str, Any] = {}
         if self.with_pred:
             spec = self.params.predictor(d) or {}

@@ -155,3 +155,18 @@ def test_more_command_queues_never_cost_throughput(issuers, queues):
     assert model(issuers).contention(issuers) == 1.0  # a queue each: no contention
     single = model(1).contention(issuers)
     assert single == pytest.approx(1.0 - ST.multi_issuer_penalty * (1.0 - 1.0 / issuers), rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(block=BLOCKS, core=CORES, n=st.integers(1, 100_000), sequential=st.booleans(),
+       span=st.sampled_from([None, 128 << 20, 4 << 30]), issuers=st.integers(1, 4))
+def test_a_back_to_back_batch_costs_its_transfer_without_the_latency(block, core, n, sequential, span, issuers):
+    """Queued behind another batch, its commands wait in the command queue, so only the
+    latency goes: never dearer than on an idle device, and no cheaper than its bytes."""
+    f = flash()
+    kw = dict(sequential=sequential, span_bytes=span, n_issuers=issuers)
+    idle = f.batch_time_s(n, block, core, **kw)
+    queued = f.batch_time_s(n, block, core, back_to_back=True, **kw)
+    assert queued <= idle
+    assert idle - queued == pytest.approx(f.latency_s, rel=1e-6, abs=1e-15)
+    assert queued == pytest.approx(n * block / (f.throughput_gbps(block, core, **kw) * 1e9), rel=1e-12)

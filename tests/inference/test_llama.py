@@ -78,6 +78,19 @@ def test_infer_cli_rejects_bad_flags_in_one_line(capsys, tmp_path):
     assert len(err) == 3 and "--density" in err[0] and "--tokens" in err[1] and "fetch smollm2" in err[2]
 
 
+def test_record_density_is_checked_in_one_line(capsys, tmp_path):
+    from sim.cli import main
+
+    text = tmp_path / "t.txt"
+    text.write_text("Some text.", encoding="utf-8")
+    common = ["trace", "record", "--text", str(text), "--tokens", "2", "--out", str(tmp_path / "t.npz")]
+    assert main([*common, "--model", "smollm2-135m", "--other-text", str(text), "--record-density", "1.5"]) == 2
+    assert main([*common, "--model", "some-encoder", "--record-density", "0.1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and all(line.startswith("error: --record-density: ") for line in err)
+    assert "(0, 1]" in err[0] and "decoder" in err[1]
+
+
 @needs_model
 def test_infer_cli_json_has_the_contracted_keys(capsys, monkeypatch, smollm2):
     import json
@@ -91,3 +104,30 @@ def test_infer_cli_json_has_the_contracted_keys(capsys, monkeypatch, smollm2):
     out = json.loads(capsys.readouterr().out)
     assert {"text", "tokens", "density", "tokens_per_s"} <= set(out)
     assert out["tokens"] == 3 and 0 < out["density"] < 1 and out["tokens_per_s"] > 0
+
+
+def test_a_record_sparsity_is_what_is_kept_while_the_ffn_computes_its_own():
+    from sim.inference.decode_trace import _Recorder
+
+    compute = lambda layer, x, e: (x[:, None, :] > 0.2)  # noqa: E731  (toy thresholds on a toy "gate")
+    stricter = lambda layer, x, e: (x[:, None, :] > 0.7)  # noqa: E731
+    rec = _Recorder(compute, n_layers=1, n_neurons=8, record=stricter)
+    x = np.random.default_rng(0).random((5, 8))
+    assert (rec(0, x, None) == compute(0, x, None)).all()  # the FFN computes its own set
+    _, kept = rec.arrays()
+    assert (kept[0] == (x > 0.7)).all() and kept[0].sum() < (x > 0.2).sum()
+
+
+@needs_model
+def test_a_sparser_record_density_records_that_density_along_the_decode(smollm2, corpus, tmp_path):
+    from sim.inference.decode_trace import record_decode_trace
+    from sim.traces.format import Trace
+
+    trace = Trace.load(record_decode_trace(
+        smollm2, tmp_path / "t.npz", prompt_text=corpus, other_text=corpus.parent / "tale_of_two_cities_ch1.txt",
+        prompt_tokens=4, decode_tokens=2, density=0.5, record_density=0.15, calib_tokens=32, train_tokens=16,
+        rank=4))
+    extra = trace.meta.extra
+    assert extra["record_density"] == 0.15 and extra["target_density"] == 0.5
+    assert np.all(np.asarray(extra["record_thresholds"]) > np.asarray(extra["thresholds"]))
+    assert np.mean(extra["density_per_layer"]) < 0.6 * extra["decode_density"]

@@ -47,6 +47,7 @@ import numpy as np
 from pydantic import Field
 
 from sim.cache import make_policy
+from sim.cache.base import MAX_TOKEN
 from sim.engine.costs import Work
 from sim.engine.neuron_cache import timed_policy_options
 from sim.engine.strategies.base import (
@@ -81,9 +82,11 @@ class LlmInFlashKnobs(Knobs):
                                          "compute path has about one)")
     hybrid: bool = Field(True, description="non-FFN weights stay in DRAM ([FLASH Table 2]); false: naive loading")
     predictor: bool = Field(True, description="the low-rank predictor selects the neurons to load ([FLASH §3.1])")
-    window_k: int = Field(5, ge=0, le=2**16,
-                          description="sliding window of the last k tokens' neurons ([FLASH §4.1]: 5 for OPT-6.7B); "
-                                      "0: no window")
+    window_k: int | None = Field(
+        None, ge=0, le=2**16,
+        description="sliding window of the last k tokens' neurons ([FLASH §4.1]: 5 for OPT-6.7B); 0: no window; "
+                    "default: no expiry, so the window grows to the DRAM the budget leaves for neurons and "
+                    "drops the least recently used when full (the neuron cache of [PI2]'s port, §7.1)")
     bundling: bool = Field(True, description="a neuron's up column and down row are stored and read together "
                                              "([FLASH §3.2])")
     # inferred from [FLASH §3.3]: the matrix is kept compact so the layer is one dense product
@@ -143,11 +146,11 @@ class LlmInFlash(Strategy):
         # When the budget holds the whole FFN nothing is ever loaded (in-memory run): the
         # predicted rows are computed from resident weights, nothing is copied.
         self.all_resident = knobs.hybrid and plan.neuron_cache_bytes >= plan.ffn_bytes
-        if knobs.predictor and knobs.window_k > 0 and not self.all_resident:
+        if knobs.predictor and knobs.window_k != 0 and not self.all_resident:
             name = ctx.policy or knobs.policy
             self.policy = make_policy(name, capacity_bytes=plan.neuron_cache_bytes,
                                       n_items=ctx.n_keys, item_bytes=self.row_bytes, strict=False,
-                                      window_tokens=knobs.window_k, **timed_policy_options(name, None))
+                                      window_tokens=knobs.window_k or MAX_TOKEN, **timed_policy_options(name, None))
         # Without the predictor every neuron is needed every token, so no window can save
         # reads; the neuron-cache DRAM then holds a fixed slice of each layer (hybrid).
         self.static_share = plan.ffn_resident_fraction if (knobs.hybrid and not knobs.predictor) else 0.0

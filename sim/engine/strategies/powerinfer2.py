@@ -168,7 +168,8 @@ class PowerInfer2(Strategy):
         knobs, plan = setup.knobs, setup.plan
         use_npu = cls._runs_hot_share(setup.device, knobs)
         return (plan.neuron_cache_bytes, plan.neuron_dram_bytes, knobs.hot_share, setup.config.policy or knobs.policy,
-                knobs.neuron_cache, use_npu, knobs.npu_activation_share if use_npu else None, knobs.cluster_neurons)
+                use_npu, knobs.npu_activation_share if use_npu else None, knobs.cluster_neurons, knobs.neuron_cache,
+                knobs.bundle, knobs.split_gate_read)
 
     # The cache and the placement tables are built on first use: a strategy made only for the
     # analytic costs (sim.engine.reevaluate, plans kept from an earlier run) never needs them.
@@ -546,11 +547,16 @@ class PowerInfer2(Strategy):
             npu_ffn = np.where(n_npu > 0, a + b * n_npu, 0.0)
         io = np.zeros_like(n_npu)
         io_core = m.io_threads[0].core
+        # The single I/O thread serves a layer's batches one after another; only the first
+        # starts on an idle device and pays the latency, the rest are queued behind it and run
+        # back-to-back (as the DES charges them, Machine.read): transfers per request, one
+        # latency per layer that reads at all.
         for reads, block in ((gate, self.gate_block), (ud, self.ud_block)):
             if np.any(reads > 0):
-                a, b = affine_in_count(lambda n, block=block: m.flash.batch_time_s(
-                    n, block, io_core, span_bytes=self.span_bytes))
-                io += a * per_layer(reads > 0) + b * per_layer(reads)
+                _, b = affine_in_count(lambda n, block=block: m.flash.batch_time_s(
+                    n, block, io_core, span_bytes=self.span_bytes, back_to_back=True))
+                io += b * per_layer(reads)
+        io += m.flash.latency_s * (per_layer((gate > 0) | (ud > 0)) > 0)
         compute = np.maximum(cpu_ffn, npu_ffn)
         # with the pipeline reads hide behind compute; without it they add to it
         layer_s = (np.maximum(compute, io) if self.k.pipeline else compute + io) + pred
