@@ -41,7 +41,7 @@ def start(config: Any) -> subprocess.Popen | None:
     spec = {"device": _plain(config.device), "model": _plain(config.model), "strategy": config.strategy,
             "knobs": dict(config.knobs), "policy": config.policy, "mode": config.mode,
             "weights_dtype": config.weights_dtype, "memory_budget": _plain(config.memory_budget),
-            "offload": config.offload}
+            "offload": config.offload, "overrides": dict(config.overrides)}
     try:
         return subprocess.Popen([sys.executable, "-m", "sim.kernel_warmup", json.dumps(spec, default=str)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -80,17 +80,17 @@ def tiny_trace(model: Any, n_tokens: int = 4, density: float = 0.05, seed: int =
 
 
 def main(argv: list[str]) -> int:
-    from sim.engine.simulation import simulate
+    from sim.engine.simulation import check_options, simulate
     from sim.profiles.device import DeviceProfile
     from sim.profiles.model import ModelProfile
-    from sim.profiles.registry import load_model
 
     spec = json.loads(argv[0])
     for kind, schema in (("device", DeviceProfile), ("model", ModelProfile)):
         if isinstance(spec[kind], dict):
             spec[kind] = schema.model_validate(spec[kind])
-    model = load_model(spec["model"])
-    simulate(**spec, trace=tiny_trace(model), prompt_tokens=2, decode_tokens=2, warmup_tokens=1, profile_tokens=1)
+    run = {**spec, "prompt_tokens": 2, "decode_tokens": 2, "warmup_tokens": 1, "profile_tokens": 1}
+    model = check_options(**run).model  # after the run's profile edits: the trace has its shape
+    simulate(**run, trace=tiny_trace(model))
     return 0
 
 

@@ -28,7 +28,7 @@ def test_the_helper_runs_the_configuration_on_the_tiny_trace(capsys):
     model = h.model()
     spec = {"device": h.device().model_dump(mode="json"), "model": model.model_dump(mode="json"),
             "strategy": "powerinfer2", "knobs": {}, "policy": None, "mode": "des", "weights_dtype": None,
-            "memory_budget": None, "offload": 0.5}
+            "memory_budget": None, "offload": 0.5, "overrides": {}}
     assert kernel_warmup.main([json.dumps(spec)]) == 0
     assert capsys.readouterr() == ("", "")
 

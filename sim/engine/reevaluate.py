@@ -94,7 +94,7 @@ def evaluate(config: Any = None, /, **options: Any) -> Evaluation:
         tokens = simulate(cfg).tokens
         latency = tokens["latency_s"].to_numpy()
         return Evaluation(len(latency) / float(latency.sum()), latency, tokens["flash_bytes"].to_numpy(), False)
-    key = (_trace_identity(cfg), cfg.profile_tokens, cfg.warmup_tokens, cfg.decode_tokens, cfg.prompt_tokens,
+    key = (_trace_identity(setup), cfg.profile_tokens, cfg.warmup_tokens, cfg.decode_tokens, cfg.prompt_tokens,
            cfg.seed, setup.strategy.name, part)
     machine = Machine(simpy.Environment(), setup.device, setup.compute_cores, setup.io_cores)
     kept = _KEPT.get(key)
@@ -128,15 +128,15 @@ def _plan(setup: Any, machine: Machine) -> tuple[_Plans, Any]:
     return _Plans(plans, tr.meta, pop, held), strat
 
 
-def _trace_identity(cfg: Any) -> tuple:
-    """What names the trace an evaluation reads: a preset's (with its file's state), a trace
-    file's path and state, or an in-memory trace object."""
+def _trace_identity(setup: Any) -> tuple:
+    """What names the trace an evaluation reads: a preset's (with its file's state, for the
+    model's shape after any profile edits), a trace file's path and state, or an in-memory
+    trace object."""
+    cfg, model = setup.config, setup.model
     trace = cfg.trace
     if trace is None:
-        from sim.profiles.registry import load_model
         from sim.traces.params import PRESET_DIR
 
-        model = load_model(cfg.model)
         name = cfg.preset or model.name
         path = PRESET_DIR / f"{name}.yaml"
         stat = path.stat() if path.is_file() else None

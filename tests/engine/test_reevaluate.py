@@ -36,7 +36,8 @@ def _simulated(cfg: RunConfig) -> float:
 @pytest.mark.parametrize("kw", [{}, {"policy": "s3fifo"}, {"policy": "window"}, {"offload": 0.9},
                                 {"knobs": {"hot_share": 0.0}}, {"knobs": {"npu_activation_share": 0.0}},
                                 {"knobs": {"split_gate_read": False, "cluster_neurons": 64}},
-                                {"device": "pixel-8-pro"}])
+                                {"knobs": {"pipeline": False}}, {"knobs": {"bundle": False}}, {"knobs": {"xpu": False}},
+                                {"knobs": {"neuron_cache": False}}, {"device": "pixel-8-pro"}])
 def test_it_gives_the_analytic_runs_figure(trace, kw):
     cfg = _config(trace, **kw)
     first = reevaluate.evaluate(cfg)
@@ -59,6 +60,7 @@ def test_a_device_edit_reuses_the_plans_and_still_agrees(trace, edits):
 
 
 @pytest.mark.parametrize("change", [{"offload": 0.7}, {"policy": "fifo"}, {"knobs": {"hot_share": 0.3}},
+                                    {"knobs": {"neuron_cache": False}}, {"knobs": {"xpu": False}},
                                     {"decode_tokens": 10}, {"seed": 3}])
 def test_what_the_plans_depend_on_makes_new_plans(trace, change):
     reevaluate.evaluate(_config(trace))
