@@ -245,10 +245,12 @@ def test_memory_set_edits_a_profile_field_and_refuses_knobs(capsys):
 
 
 def test_a_renamed_model_keeps_its_own_activations(capsys):
-    """--set model.name relabels; it must not pick the trace preset of whatever the new name is."""
-    assert main(["run", "--decode-tokens", "4", "--json"]) == 0
+    """--set model.name relabels; it must not pick the trace preset of whatever the new name is.
+    (Uncalibrated: a calibrated preset value replaces the preset by its edited trace.)"""
+    assert main(["run", "--decode-tokens", "4", "--json", "--calibration", "none"]) == 0
     base = _strict_json(capsys.readouterr().out)
-    assert main(["run", "--decode-tokens", "4", "--json", "--set", "model.name=my-mixtral"]) == 0
+    assert main(["run", "--decode-tokens", "4", "--json", "--calibration", "none",
+                 "--set", "model.name=my-mixtral"]) == 0
     renamed = _strict_json(capsys.readouterr().out)
     assert renamed["model"] == "my-mixtral" and renamed["config"]["preset"] == "turbosparse-mixtral-47b"
     assert renamed["decode_tokens_per_s"] == base["decode_tokens_per_s"]

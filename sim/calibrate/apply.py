@@ -129,11 +129,14 @@ def calibrated_config(config: Any, calibration: Any, *, user_paths: tuple[str, .
 
     if calibration is None:
         return config
+    from sim.engine.strategies import get_strategy
+
     facts = run_facts(config)
+    activations = get_strategy(config.strategy).reads_activations
     mine = set(user_paths)
     values = {u: v for u, v in calibration.in_sample().items()
               if not ({f"{u.kind}.{u.field_path}", u.field_path} & mine)
-              and not (u.kind == "preset" and config.trace is not None)}
+              and not (u.kind == "preset" and (config.trace is not None or not activations))}
     over = run_overrides({**facts, "device": config.device, "model": config.model}, values,
                          decode_tokens=config.decode_tokens, warmup_tokens=config.warmup_tokens, seed=config.seed)
     if not over:

@@ -107,6 +107,7 @@ class Strategy(ABC):
     summary: ClassVar[str]
     knobs_model: ClassVar[type[Knobs]]
     uses_predictor: ClassVar[bool] = True  # predictors occupy DRAM
+    reads_activations: ClassVar[bool] = True  # which neurons fire changes its figures (a trace matters)
     split_scales: ClassVar[bool] = True  # FFN scales resident, bundles without them in cache
     keeps_profile: ClassVar[bool] = False  # holds the offline hot-neuron profile (profile-based policies need it)
     readers_share_compute: ClassVar[bool] = False  # flash readers run on the compute cores, not cores of their own

@@ -32,6 +32,7 @@ class Dense(Strategy):
     summary = "Everything in DRAM, dense compute on the CPU (in-memory reference)"
     knobs_model = DenseKnobs
     uses_predictor = False
+    reads_activations = False  # every weight is computed whatever fires
     split_scales = False
 
     @classmethod
