@@ -25,6 +25,7 @@ from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 
 DEFAULT_NAME = "calibration.yaml"
 NONE = "none"  # `--calibration none`: the microbenchmark-only prediction
+BUNDLED_LABEL = f"bundled validation/{DEFAULT_NAME}"  # how output names the default calibration
 
 
 def source_group(point: Mapping[str, Any]) -> str:
@@ -128,9 +129,10 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
 
 
 def _code_version() -> str:
-    from sim.explore.resolve import version
+    import sim
+    from sim.code_version import code_digest
 
-    return version()
+    return f"{sim.__version__}+{code_digest()}"
 
 
 def default_path() -> Path:
@@ -143,8 +145,15 @@ def load_calibration(ref: str | Path | None) -> Calibration | None:
         return None
     path = default_path() if ref is None else Path(ref)
     raw = load_yaml_text(path.read_text(encoding="utf-8"), str(path)) if ref is None else load_yaml_file(path)
-    label = f"bundled validation/{DEFAULT_NAME}" if ref is None else str(path)
+    label = BUNDLED_LABEL if ref is None else str(path)
     return from_mapping(raw, label)
+
+
+def from_values(values: Mapping[str, float], source: str) -> Calibration:
+    """A calibration of in-sample values alone (what a sweep point carries to its worker)."""
+    registry = {u.name: u for u in load_unknowns()}
+    unknowns = [registry[name] for name in values]
+    return Calibration(unknowns, {k: float(v) for k, v in values.items()}, {}, [], [], {}, {}, source)
 
 
 def from_mapping(raw: Mapping[str, Any], source: str) -> Calibration:

@@ -64,10 +64,16 @@ def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_to
 
 
 def mapes(table: pd.DataFrame) -> dict[str, Any]:
-    """MAPE of each error column over the points that have all three (the same points for each)."""
-    have = table[list(ERROR_COLUMNS)].notna().all(axis=1)
+    """MAPE of each error column over the same points: those with all three or, when the
+    calibration has no cross-validation folds, those with the other two (``mape_cv_pct`` is
+    then NaN and ``cross_validated`` false), so the figures side by side compare like with like."""
+    cols = list(ERROR_COLUMNS)
+    cross_validated = bool(table["error_cv"].notna().any()) if "error_cv" in table else False
+    have = table[cols if cross_validated else cols[:2]].notna().all(axis=1)
     n = int(have.sum())
-    result: dict[str, Any] = {"points": n}
-    for col in ERROR_COLUMNS:
-        result[col.replace("error_", "mape_") + "_pct"] = float(table.loc[have, col].abs().mean()) if n else math.nan
+    result: dict[str, Any] = {"points": n, "cross_validated": cross_validated}
+    for col in cols:
+        usable = n and (cross_validated or col != "error_cv")
+        mape = float(table.loc[have, col].abs().mean()) if usable else math.nan
+        result[col.replace("error_", "mape_") + "_pct"] = mape
     return result

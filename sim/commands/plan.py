@@ -39,6 +39,10 @@ def plan(
         help="Repeatable; VALUE is YAML; one edit per field. A profile field by its path as in sim run (plan for a "
              "phone that does not exist yet): device.cpu.clusters.big.cores=3, "
              "device.storage.rand_read.*.gbps:scale=2. The plan records the edits."),
+    calibration: str | None = typer.Option(
+        None, "--calibration", help="Calibrated unknowns every candidate applies (`sim calibrate --out`): default "
+                                    "the bundled validation/calibration.yaml; none: the microbenchmark-only "
+                                    "prediction."),
 ) -> None:
     """Search compute/I-O cores, cluster size, hot/cold split, NPU share and cache policy; print the plan."""
     from rich.console import Console
@@ -48,6 +52,9 @@ def plan(
 
     check_output(out, "--out", suffixes=(".yaml", ".yml"),  # before minutes of search, not after
                  inputs={"--device": device, "--model": model})
+    from sim.calibrate.calibration import load_calibration
+
+    load_calibration(calibration)  # a bad file fails here, under its own name, before the search
     overrides, typed = parse_sets(sets)
     profile_sets(overrides)
     preset = own_preset(model, overrides, None, preset)
@@ -55,7 +62,7 @@ def plan(
     result = search(device, model, strategy=strategy, memory_budget=memory_budget, objective=objective,
                     min_tokens_per_s=min_tokens_per_s, prune_tokens=prune_tokens, confirm_tokens=confirm_tokens,
                     warmup_tokens=warmup_tokens, confirm=confirm, passes=passes, seed=seed, preset=preset,
-                    overrides=overrides, workers=workers)
+                    overrides=overrides, workers=workers, calibration=calibration)
     result.set_args = typed
     text = result.to_yaml()
     if out is not None:
@@ -74,7 +81,8 @@ def plan(
     console.print(table)
     speedup = result.best.tokens_per_s / result.default.tokens_per_s if result.default.tokens_per_s else math.nan
     console.print(f"predicted {result.best.tokens_per_s:.3g} tokens/s; default configuration "
-                  f"{result.default.tokens_per_s:.3g} tokens/s ({speedup:.2f}x)")
+                  f"{result.default.tokens_per_s:.3g} tokens/s ({speedup:.2f}x); calibration: "
+                  f"{result.settings.get('calibration', 'none')}", markup=False, highlight=False)
     if out is not None:
         console.print(f"wrote {out}")
 

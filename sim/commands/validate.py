@@ -93,9 +93,11 @@ def validate_cmd(
                 value = cv_mapes.get(key)
                 return "-" if value is None or not math.isfinite(value) else f"{value:.1f}%"
 
-            console.print(f"cross-validated MAPE {pct('mape_cv_pct')} (in-sample {pct('mape_in_sample_pct')}, "
-                          f"uncalibrated {pct('mape_uncalibrated_pct')}) over {cv_mapes['points']} points, "
-                          f"calibration {cal.source}")
+            why = "" if cv_mapes["cross_validated"] else (" (this calibration has no cross-validation folds: "
+                                                          "`sim calibrate` without --no-cv makes them)")
+            console.print(f"cross-validated MAPE {pct('mape_cv_pct')}{why}, in-sample {pct('mape_in_sample_pct')}, "
+                          f"uncalibrated {pct('mape_uncalibrated_pct')}, over {cv_mapes['points']} points; "
+                          f"calibration {cal.source}", markup=False, highlight=False)
         console.print(table)
         if ok.any():
             console.print(f"mean absolute percentage error: {mape:.1f}% over {int(ok.sum())} points "

@@ -128,13 +128,20 @@ class PlanResult:
         flags = (f" --strategy {self.strategy}" if self.strategy != default_strategy else "") + \
             (f" --decode-tokens {tokens}" if tokens is not None else "") + \
             (f" --warmup-tokens {warmup}" if warmup != 16 else "") + (f" --seed {seed}" if seed else "") + \
-            " --calibration none"  # the planner searches uncalibrated runs: the command reproduces its figures
+            _calibration_flag(self.settings.get("calibration"))  # the command reproduces the plan's figures
         head = (f"# sim plan: {self.model} on {self.device} at memory budget {self.memory_budget} "
                 f"(objective {self.objective})\n"
                 f"# use it: sim run --device {refs['device']} --model {refs['model']} "
                 f"--memory-budget {self.memory_budget}{f' --preset {preset}' if preset else ''}{flags}{sets} "
                 "--plan PLAN.yaml\n") + note
         return head + yaml.dump(self.plan_mapping(), Dumper=_PlanDumper, sort_keys=False, default_flow_style=False)
+
+
+def _calibration_flag(label: str | None) -> str:
+    """``sim run``'s flag for the calibration a plan was searched with (none for the bundled one)."""
+    from sim.calibrate.calibration import BUNDLED_LABEL
+
+    return "" if label in (None, BUNDLED_LABEL) else f" --calibration {shlex.quote(label)}"
 
 
 class _PlanDumper(yaml.SafeDumper):
@@ -153,12 +160,13 @@ def plan(device: Any = None, model: Any = None, *, strategy: str | None = None, 
          objective: str = "tokens_per_s", min_tokens_per_s: float | None = None, prune_tokens: int = 8,
          confirm_tokens: int = 32, warmup_tokens: int = 16, confirm: int = 3, passes: int = 2, seed: int = 0,
          preset: str | None = None, overrides: dict[str, Any] | None = None, workers: int = 1,
-         executor: Executor | None = None) -> PlanResult:
+         executor: Executor | None = None, calibration: str | Path | None = None) -> PlanResult:
     """Search ``strategy``'s plannable knobs for ``model`` on ``device`` at ``memory_budget``.
 
     Device, model and strategy default to a run's (:class:`RunConfig`'s); ``overrides`` are
     profile edits (``device.<path>``/``model.<path>``: a phone that does not exist yet), as
-    ``sim run --set`` gives them.
+    ``sim run --set`` gives them. ``calibration`` is applied to every candidate as ``sim run``
+    applies it (None: the bundled one; ``none``: the microbenchmark-only prediction).
     """
     from sim.engine.strategies import REGISTRY, get_strategy
     from sim.explore.point_checks import check_task
@@ -198,7 +206,7 @@ def plan(device: Any = None, model: Any = None, *, strategy: str | None = None, 
     # evaluation (pruning and confirming), before the search starts.
     tasks = []
     for mode, flag in (("analytic", "--prune-tokens"), ("des", "--confirm-tokens")):
-        task = _task(_candidate(base, {}, mode, tokens[mode]))
+        task = _task(_candidate(base, {}, mode, tokens[mode]), calibration)
         try:
             check_task(task, capacity=True)
         except SimError as exc:  # the run's decode tokens are this flag's here
@@ -210,7 +218,7 @@ def plan(device: Any = None, model: Any = None, *, strategy: str | None = None, 
     own = executor is None
     ex = executor or make_executor(workers)
     try:
-        search = _Search(ex, base, tokens)
+        search = _Search(ex, base, tokens, calibration)
         current: dict[str, Any] = {}
         space = [(name, settings, family_knobs(settings)) for name, settings in strategy_cls.plan_space(edited)]
         for _ in range(passes):
@@ -254,7 +262,8 @@ def plan(device: Any = None, model: Any = None, *, strategy: str | None = None, 
     best = feasible[0]
     runners = feasible[1:] + [c for c in confirmed if c not in feasible]
     settings = {"decode_tokens": confirm_tokens, "warmup_tokens": warmup_tokens, "seed": seed,
-                "prune_tokens": prune_tokens, **({"preset": preset} if preset else {})}
+                "prune_tokens": prune_tokens, **({"preset": preset} if preset else {}),
+                "calibration": base_task.get("calibration", {}).get("source", "none")}
 
     def named(ref: Any, name: str) -> str:  # what a command line gives: the name, or the file's path
         return ref if isinstance(ref, str) else str(ref) if isinstance(ref, Path) else name
@@ -271,11 +280,11 @@ def _energy(c: Candidate) -> float:
     return c.energy_j_per_token if not math.isnan(c.energy_j_per_token) else math.inf
 
 
-def _task(config: RunConfig) -> dict[str, Any]:
+def _task(config: RunConfig, calibration: str | Path | None) -> dict[str, Any]:
     """The task of a candidate's configuration; a bad setting is reported under the ``sim plan``
     flag that set it."""
     try:
-        return config_task(config)
+        return config_task(config, calibration=calibration)
     except SimError as exc:
         if exc.field and not exc.field.startswith("-") and exc.field in RunConfig.model_fields:
             raise SimError(exc.detail, source=exc.source, field="--" + exc.field.replace("_", "-")) from None
@@ -311,9 +320,10 @@ class _Search:
     """Evaluations so far, by knob setting (nothing is simulated twice); each a RunConfig of ``base``
     with the setting's knobs."""
 
-    def __init__(self, ex: Executor, base: RunConfig, tokens: dict[str, int]):
+    def __init__(self, ex: Executor, base: RunConfig, tokens: dict[str, int], calibration: str | Path | None):
         self.ex = ex
         self.base = base
+        self.calibration = calibration
         self.tokens = tokens
         self.defaults = get_strategy(base.strategy).knobs_model().model_dump()
         self.analytic: dict[str, Candidate] = {}
@@ -367,7 +377,7 @@ class _Search:
             configs[key] = None
             try:
                 configs[key] = _candidate(self.base, knobs, mode, self.tokens[mode])
-                task = _task(configs[key])
+                task = _task(configs[key], self.calibration)
             except SimError as exc:
                 rows[key] = {"status": "failed", "error": str(exc)}
                 continue

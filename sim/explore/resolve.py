@@ -19,6 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from sim.code_version import code_digest
 from sim.errors import SimError
 from sim.profiles.edits import PROFILE_KINDS, SettingError, edited_profile
 from sim.profiles.edits import blame as _blame
@@ -26,6 +27,9 @@ from sim.units import parse_size_or_percent
 
 # knobs have their own keys (knobs.<name>) and profile edits theirs (device.<path>, model.<path>)
 NOT_SETTINGS = ("knobs", "overrides")
+# A point's calibration (`sim calibrate --out`, `none`, or absent: the bundled one): not a run
+# option but part of the point (its values are in the task, so its id changes with them).
+CALIBRATION = "calibration"
 
 
 def classify(key: str, source: str = "spec", where: str | None = None) -> str:
@@ -34,14 +38,16 @@ def classify(key: str, source: str = "spec", where: str | None = None) -> str:
         raise SimError(f"setting names must be text, got {key!r}", source=source, field=where)
     if key in run_options():
         return "run"
+    if key == CALIBRATION:
+        return CALIBRATION
     head, _, rest = key.partition(".")
     if head == "knobs" and rest and "." not in rest:
         return "knob"
     if head in PROFILE_KINDS and rest:
         return head
     raise SimError(f"unknown setting {key!r}; use a run option ({', '.join(run_options())}), knobs.<name>, "
-                   "device.<field path> or model.<field path> (a grid axis may also map a name to mappings "
-                   "of settings)", source=source, field=where or key)
+                   "device.<field path>, model.<field path> or calibration (a grid axis may also map a name to "
+                   "mappings of settings)", source=source, field=where or key)
 
 
 @functools.lru_cache(maxsize=1)
@@ -134,12 +140,15 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
     run = dict(run_defaults())
     knobs: dict[str, Any] = dict(settings.get("knobs") or {})
     overrides: dict[str, list[tuple[str, Any]]] = {"device": [], "model": []}
+    calibration: Any = None
     for key, value in settings.items():
         if key == "knobs":
             continue
         with _blame(key):
             kind = classify(key)
-        if kind == "run":
+        if kind == CALIBRATION:
+            calibration = value
+        elif kind == "run":
             run[key] = value
         elif kind == "knob":
             knobs[key.split(".", 1)[1]] = value
@@ -179,6 +188,11 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
         "run": run_resolved,
         "trace": trace,
     }
+    with _blame(CALIBRATION):
+        entry = _calibration_entry(calibration, resolver, user_paths=(*knobs, *(k for k, _ in overrides["device"]),
+                                                                      *(k for k, _ in overrides["model"])))
+    if entry is not None:  # an uncalibrated point's task (and id) is what it was before calibrations
+        task[CALIBRATION] = entry
     ident = digest(task)
     task["id"] = ident
     task["device_hash"] = digest(profiles["device"])
@@ -186,12 +200,34 @@ def resolve_settings(settings: dict[str, Any], resolver: Resolver | None = None)
     return task
 
 
-def config_task(config: Any, resolver: Resolver | None = None) -> dict[str, Any]:
+def _calibration_entry(ref: Any, resolver: Resolver, *, user_paths: tuple[str, ...]) -> dict[str, Any] | None:
+    """What a point's run applies of its calibration: the file's label and in-sample values, and
+    the fields the point sets itself (those stay the point's); None for ``none``."""
+    from sim.calibrate.calibration import load_calibration
+
+    if ref is not None and not isinstance(ref, str | Path):
+        raise SimError(f"must be a calibration file, 'none' or left out (the bundled one), got {ref!r}",
+                       field=CALIBRATION)
+    if isinstance(ref, str | Path) and str(ref) != "none":
+        ref = resolver.resolve_path(str(ref))
+    cal = load_calibration(ref)
+    if cal is None:
+        return None
+    # only a set field a value would edit matters (the point's own value wins), so two spellings
+    # of one configuration keep one id
+    paths = {p for u in cal.unknowns for p in (f"{u.kind}.{u.field_path}", u.field_path)}
+    return {"source": cal.source, "values": {u.name: cal.values[u.name] for u in cal.unknowns},
+            "user_paths": sorted(set(user_paths) & paths)}
+
+
+def config_task(config: Any, resolver: Resolver | None = None, calibration: Any = "none") -> dict[str, Any]:
     """The task of a :class:`~sim.engine.config.RunConfig` (a plan candidate, say): its options as
-    a point's settings, its profile edits as ``device.``/``model.`` settings, its knobs as knobs."""
+    a point's settings, its profile edits as ``device.``/``model.`` settings, its knobs as knobs,
+    and ``calibration`` (a file, ``none``, or None: the bundled one) applied where the worker runs it."""
     settings = {name: getattr(config, name) for name in run_options()}
     settings.update(config.overrides)
     settings["knobs"] = dict(config.knobs)
+    settings[CALIBRATION] = calibration
     return resolve_settings(settings, resolver)
 
 
@@ -245,16 +281,6 @@ def version() -> str:
     return f"{sim.__version__}+{code_digest()}"
 
 
-@functools.lru_cache(maxsize=1)
-def code_digest() -> str:
-    """Digest of the package's Python sources (data files are hashed where a point uses them)."""
-    root = Path(__file__).resolve().parent.parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:12]
-
-
 # -- row columns ------------------------------------------------------------------------------------
 
 def cell(value: Any) -> Any:
@@ -277,6 +303,7 @@ def config_columns(task: dict[str, Any]) -> dict[str, Any]:
         "device": task["device"]["name"], "model": task["model"]["name"], "strategy": task["strategy"],
         **{k: cell(v) for k, v in task["run"].items()},
         "trace": trace.get("preset") or trace.get("file"),
+        CALIBRATION: (task.get(CALIBRATION) or {}).get("source", "none"),
     }
     for name, value in task["knobs"].items():
         cols[f"knobs.{name}"] = cell(value)

@@ -78,8 +78,16 @@ def _simulate(task: dict[str, Any]) -> Any:
 
     device = DeviceProfile.model_validate(task["device"])
     model = ModelProfile.model_validate(task["model"])
+    config = run_config(task, device, model)
+    entry = task.get("calibration")
+    if entry:  # the point's calibrated values, applied as `sim run` applies them
+        from sim.calibrate.apply import calibrated_config
+        from sim.calibrate.calibration import from_values
+
+        config = calibrated_config(config, from_values(entry["values"], entry["source"]),
+                                   user_paths=tuple(entry.get("user_paths", ())))
     # simulate keeps generated traces between runs, so a worker's points share one trace.
-    return engine.simulate(run_config(task, device, model))
+    return engine.simulate(config)
 
 
 def error_text(exc: BaseException) -> str:

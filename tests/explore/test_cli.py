@@ -103,7 +103,7 @@ def test_plan_writes_a_plan_that_sim_run_accepts_and_reproduces(tmp_path, capsys
     use_it = plan_file.read_text().splitlines()[1].removeprefix("# use it: sim ")
     assert main([*shlex.split(use_it.replace("PLAN.yaml", str(plan_file))), "--json"]) == 0
     planned = json.loads(capsys.readouterr().out)["decode_tokens_per_s"]
-    run = ["run", *common, "--decode-tokens", "8", "--warmup-tokens", "4", "--calibration", "none", "--json"]
+    run = ["run", *common, "--decode-tokens", "8", "--warmup-tokens", "4", "--json"]  # calibrated, as the plan
     assert main(run) == 0
     default = json.loads(capsys.readouterr().out)["decode_tokens_per_s"]
     assert planned == pytest.approx(plan["predicted"]["decode_tokens_per_s"], rel=1e-5)
@@ -135,7 +135,7 @@ def test_plan_for_an_edited_phone_records_its_edits_and_sim_run_reproduces_it(tm
     assert "--set device.cpu.clusters.big.cores=3 --plan PLAN.yaml" in text.splitlines()[1]  # the use-it line
     same_phone = ["--set", "device.cpu.clusters.0.cores=3"]  # the same edit, spelt by index: no warning
     run = ["run", *common, "--decode-tokens", "4", "--warmup-tokens", "2", "--plan", str(plan_file),
-           "--calibration", "none", "--json"]  # a plan's figures are uncalibrated runs
+           "--json"]  # a plan's figures are calibrated runs, as sim run's
     assert main([*run, *edit]) == 0
     same = json.loads(capsys.readouterr().out)
     assert same["decode_tokens_per_s"] == pytest.approx(plan["predicted"]["decode_tokens_per_s"], rel=1e-5)

@@ -9,6 +9,9 @@ from __future__ import annotations
 import pytest
 from explore_helpers import PRESET, write_model
 
+from sim.calibrate.apply import calibrated_config
+from sim.calibrate.calibration import load_calibration
+from sim.engine.config import RunConfig
 from sim.engine.simulation import simulate
 from sim.engine.strategies import get_strategy
 from sim.explore.executors import make_executor
@@ -27,10 +30,14 @@ def test_plans_for_mixtral_are_at_least_as_fast_as_the_default_at_three_budgets(
         assert tuple(res.resolved_knobs) == get_strategy(res.strategy).plan_knobs  # every searched knob, spelt out
         assert res.best.config.knobs == res.best.knobs and res.best.config.mode == "des"  # a candidate is a run
     # The reported figures are what an ordinary run with those knobs gives (checked at one budget).
-    res = results["13GB"]
+    res = results["13GB"]  # its calibrated figures: sim run's (calibrated_config) with the plan's knobs
     run = {"memory_budget": "13GB", "decode_tokens": 16, "warmup_tokens": 8}
-    planned = simulate("oneplus-12", "turbosparse-mixtral-47b", knobs=res.resolved_knobs, **run)
-    default = simulate("oneplus-12", "turbosparse-mixtral-47b", **run)
+    cal = load_calibration(None)
+    planned = simulate(calibrated_config(RunConfig.of(device="oneplus-12", model="turbosparse-mixtral-47b",
+                                                      knobs=res.resolved_knobs, **run), cal))
+    default = simulate(calibrated_config(RunConfig.of(device="oneplus-12", model="turbosparse-mixtral-47b", **run),
+                                         cal))
+    assert res.settings["calibration"] == cal.source
     assert planned.summary["decode_tokens_per_s"] == pytest.approx(res.best.tokens_per_s, rel=1e-9)
     assert default.summary["decode_tokens_per_s"] == pytest.approx(res.default.tokens_per_s, rel=1e-9)
 

@@ -32,13 +32,25 @@ def spec(tmp_path):
     return write_spec(tmp_path, {"name": "t", "base": base(), "grid": GRID, "seeds": [0, 1]})
 
 
-def test_a_row_holds_exactly_what_simulate_returns(tmp_path):
-    spec = write_spec(tmp_path, {"base": base(decode_tokens=6, mode="des"),
+@pytest.mark.parametrize("calibration", ["none", None])
+def test_a_row_holds_exactly_what_simulate_returns(tmp_path, calibration):
+    """Uncalibrated, a row is simulate's summary; by default it is sim run's, the bundled
+    calibration applied (the row names it)."""
+    from sim.calibrate.apply import calibrated_config
+    from sim.calibrate.calibration import load_calibration
+    from sim.engine.config import RunConfig
+
+    settings = {"calibration": calibration} if calibration else {}
+    spec = write_spec(tmp_path, {"base": {**base(decode_tokens=6, mode="des"), **settings},
                                  "points": [{"memory_budget": "302MB", "knobs.cluster_neurons": 64}]})
     df = run_sweep(spec, tmp_path / "r.parquet", progress=False).results
     assert len(df) == 1 and df["status"].iloc[0] == "ok"
-    direct = simulate("oneplus-12", str(tmp_path / "tiny-moe.yaml"), "powerinfer2", preset=PRESET,
-                      memory_budget="302MB", decode_tokens=6, warmup_tokens=4, knobs={"cluster_neurons": 64})
+    config = RunConfig.of(device="oneplus-12", model=str(tmp_path / "tiny-moe.yaml"), strategy="powerinfer2",
+                          preset=PRESET, memory_budget="302MB", decode_tokens=6, warmup_tokens=4,
+                          knobs={"cluster_neurons": 64})
+    cal = load_calibration(calibration)
+    direct = simulate(calibrated_config(config, cal))
+    assert df["calibration"].iloc[0] == (cal.source if cal else "none")
     want = flatten_summary(direct.summary)
     row = df.iloc[0]
     for key, value in want.items():
