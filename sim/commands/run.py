@@ -302,6 +302,12 @@ def _print_table(s: dict[str, Any], request: RunRequest) -> None:
             head.add_row("  steady state, 95% CI", steady_text(s))
     console.print(head)
     console.print(length_text(s), markup=False, highlight=False, soft_wrap=True)
+    if s.get("bottleneck"):
+        binds = Table("phase", "bottleneck", "share of the phase's time", title="what binds")
+        for phase, b in [*s["bottleneck"]["phases"].items(), ("token", s["bottleneck"]["token"])]:
+            binds.add_row(phase, b["resource"], ", ".join(f"{k} {v:.0%}" for k, v in
+                                                          sorted(b["shares"].items(), key=lambda kv: -kv[1])))
+        console.print(binds)
     console.print(f"calibration: {s.get('calibration', 'none')}", markup=False, highlight=False, soft_wrap=True)
     if s["phases_ms_per_token"]:  # the cost model of some strategies has no phases
         phases = Table("phase", "ms per token", title="where decode time goes")

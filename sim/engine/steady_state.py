@@ -54,10 +54,11 @@ class SteadyState:
         lo, hi = self.ci
         return (hi - lo) / (hi + lo) if hi + lo > 0 else math.inf
 
-    def as_dict(self) -> dict[str, float | int | None]:
-        return {"warmup_tokens": self.warmup_tokens, "tokens": self.tokens,
-                "decode_tokens_per_s": self.decode_tokens_per_s, "batches": self.batches,
-                "half_width": None if self.ci is None else self.half_width}
+    def as_dict(self) -> dict[str, float | int]:
+        """The summary's ``steady_state`` (``half_width`` only with an interval)."""
+        out = {"warmup_tokens": self.warmup_tokens, "tokens": self.tokens,
+               "decode_tokens_per_s": self.decode_tokens_per_s, "batches": self.batches}
+        return out if self.ci is None else {**out, "half_width": self.half_width}
 
 
 def mser5_warmup(latencies: np.ndarray) -> int:
