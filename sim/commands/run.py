@@ -106,6 +106,10 @@ def run(
     calibration: str | None = typer.Option(
         None, "--calibration", help="Calibrated unknowns to apply (`sim calibrate --out`): default the bundled "
                                     "validation/calibration.yaml; none: the microbenchmark-only prediction."),
+    uncertainty: bool = typer.Option(
+        False, "--uncertainty", help="Sample the calibrated unknowns' uncertainty (their prior ranges on a device or "
+                                     "model no published point covers) and print the median and 90% interval."),
+    samples: int = typer.Option(24, "--samples", help="Samples for --uncertainty (analytic evaluations)."),
     **options: Any,
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
@@ -128,6 +132,8 @@ def run(
             result = request.simulate(timeline=timeline is not None or gantt is not None)
         finally:
             kernel_warmup.stop(helper)
+    if uncertainty:
+        _add_interval(result.summary, request, samples)
     result.summary["warnings"] = request.warnings + list(result.summary.get("warnings", []))
     result.summary["calibration"] = request.calibration
     if timeline is not None:
@@ -156,7 +162,23 @@ def run(
 # sim run's flags that say where its results go, not what runs: the rest are the run options
 # (RunConfig's, sim.commands.run_options) and --plan/--set, which `sim ablate` takes too
 # (sim.commands.ablate reads them from run's signature).
-OUTPUT_FLAGS = ("timeline", "gantt", "tokens_csv", "json_out")
+OUTPUT_FLAGS = ("timeline", "gantt", "tokens_csv", "json_out", "uncertainty", "samples")
+
+
+def _add_interval(summary: dict[str, Any], request: RunRequest, samples: int) -> None:
+    """``decode_tokens_per_s_interval`` (median, 90%) from the calibrated unknowns' uncertainty."""
+    from sim.checks import check_int
+    from sim.explore.uncertainty import prediction_interval
+
+    check_int(samples, "--samples", 2, 10_000)
+    if request.applied is None:
+        raise SimError("needs a calibration to sample (drop --calibration none)", field="--uncertainty")
+    with request.knob_errors():
+        interval = prediction_interval(request.uncalibrated, request.applied, summary["decode_tokens_per_s"],
+                                       samples=samples, seed=request.config.seed, user_paths=request.user_paths)
+    summary["decode_tokens_per_s_interval"] = {"median": interval.median, "lo": interval.lo, "hi": interval.hi,
+                                               "level": 0.9, "samples": len(interval.samples),
+                                               "unknowns": interval.sources}
 
 
 def input_files(**options: Any) -> dict[str, Any]:
@@ -300,6 +322,11 @@ def _print_table(s: dict[str, Any], request: RunRequest) -> None:
             head.add_row(key, _fmt(s[key]))
         if key == "decode_tokens_per_s" and s.get("steady_state"):
             head.add_row("  steady state, 95% CI", steady_text(s))
+        if key == "decode_tokens_per_s" and s.get("decode_tokens_per_s_interval"):
+            i = s["decode_tokens_per_s_interval"]
+            spread = ", ".join(f"{k} ({v})" for k, v in i["unknowns"].items()) or "no unknown reaches this run"
+            head.add_row("  90% prediction interval", f"{i['median']:.4g} [{i['lo']:.4g}, {i['hi']:.4g}] over "
+                                                        f"{i['samples']} samples of {spread}")
     console.print(head)
     console.print(length_text(s), markup=False, highlight=False, soft_wrap=True)
     if s.get("bottleneck"):
