@@ -133,7 +133,7 @@ def run(
         finally:
             kernel_warmup.stop(helper)
     if uncertainty:
-        _add_interval(result.summary, request, samples)
+        add_interval(result.summary, request, samples)
     result.summary["warnings"] = request.warnings + list(result.summary.get("warnings", []))
     result.summary["calibration"] = request.calibration
     if timeline is not None:
@@ -165,7 +165,7 @@ def run(
 OUTPUT_FLAGS = ("timeline", "gantt", "tokens_csv", "json_out", "uncertainty", "samples")
 
 
-def _add_interval(summary: dict[str, Any], request: RunRequest, samples: int) -> None:
+def add_interval(summary: dict[str, Any], request: RunRequest, samples: int) -> None:
     """``decode_tokens_per_s_interval`` (median, 90%) from the calibrated unknowns' uncertainty."""
     from sim.checks import check_int
     from sim.explore.uncertainty import prediction_interval
