@@ -24,6 +24,7 @@ from sim.profiles.device import DeviceProfile
 
 DRAM_BOUND = 0.85  # of the CPU's DRAM figure: streaming at least this fast is bandwidth-bound
 WAITING = "waiting (latency, dependencies)"
+TINY = 1e-6  # of a phase's time
 
 
 def flash_limit(device: DeviceProfile, block_bytes: float, io_clusters: list[str]) -> str:
@@ -72,10 +73,10 @@ def bottleneck(phases_s: dict[str, float], busy_s: dict[str, float], decode_s: f
     over_shares: dict[str, float] = {}
     for name, s in sorted(stages.items(), key=lambda kv: -kv[1]):
         take = min(s, over_s - covered)
-        if take > 0:
+        if take > TINY * over_s:  # a rounding's worth of busy time names nothing
             over_shares[name] = take
             covered += take
-    if over_s - covered > 1e-12:
+    if over_s - covered > TINY * over_s:
         over_shares[WAITING] = over_s - covered
     phases: dict[str, dict[str, Any]] = {}
     token: dict[str, float] = defaultdict(float)

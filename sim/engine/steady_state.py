@@ -52,7 +52,7 @@ class SteadyState:
         if self.ci is None:
             return math.inf
         lo, hi = self.ci
-        return (hi - lo) / (hi + lo) if hi + lo > 0 else math.inf
+        return (hi - lo) / (hi + lo) if math.isfinite(hi) and hi + lo > 0 else math.inf
 
     def as_dict(self) -> dict[str, float | int]:
         """The summary's ``steady_state`` (``half_width`` only with an interval)."""
