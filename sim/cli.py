@@ -28,8 +28,8 @@ INTERRUPTED = 130  # exit status after Ctrl-C (128 + SIGINT), as shells report i
 
 # Command modules, in help order. Groups are mounted under their name; modules with
 # ``register`` add top-level commands.
-COMMAND_MODULES = ["run", "ablate", "strategies", "validate", "calibrate", "profiles", "profile_device", "memory",
-                   "cache", "cache_dir", "trace", "sweep", "plan", "infer"]
+COMMAND_MODULES = ["run", "ablate", "compare", "sensitivity", "strategies", "validate", "calibrate", "profiles",
+                   "profile_device", "memory", "cache", "cache_dir", "trace", "sweep", "plan", "infer"]
 
 
 def _mount() -> None:

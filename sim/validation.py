@@ -16,7 +16,7 @@ import pandas as pd
 
 from sim.bundled import bundled_dir
 from sim.checks import check_int
-from sim.engine.config import RunConfig
+from sim.engine.config import DEFAULT_DECODE_TOKENS, RunConfig
 from sim.errors import SimError
 from sim.profiles.yamlio import load_yaml_text
 
@@ -83,7 +83,7 @@ def metric_value(summary: dict[str, Any], metric: str) -> float:
     return float(value)
 
 
-def run_point(point: dict[str, Any], *, decode_tokens: int = 64, warmup_tokens: int = 16,
+def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKENS, warmup_tokens: int = 16,
               seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """One point's prediction; ``overrides`` replaces run options (a calibration's edits,
     :func:`sim.calibrate.apply.run_overrides`), the knobs among them."""
@@ -164,7 +164,8 @@ def check_decode_tokens(decode_tokens: int) -> int:
     return check_int(decode_tokens, "--decode-tokens", 1, None)
 
 
-def validate(ids: list[str] | None = None, *, decode_tokens: int = 64, on_error: str = "record") -> pd.DataFrame:
+def validate(ids: list[str] | None = None, *, decode_tokens: int = DEFAULT_DECODE_TOKENS,
+             on_error: str = "record") -> pd.DataFrame:
     """Run every published point (or those named) and return one row per point.
 
     ``status`` says what a row holds: ``ok`` (a prediction), ``failed`` (the run raised;

@@ -7,7 +7,7 @@ import typer
 import typer.main
 
 from sim.cli import app
-from sim.commands.run_options import flag_name, flagged_options, run_option, with_run_options
+from sim.commands.run_options import WIDER_FLAGS, flag_name, flagged_options, run_option, with_run_options
 from sim.engine.config import RunConfig
 
 
@@ -22,6 +22,9 @@ def test_sim_run_offers_every_flagged_run_option_with_its_default_and_help():
     for name in flagged:
         field = RunConfig.model_fields[name]
         assert params[name].opts == [flag_name(name)]
+        if name in WIDER_FLAGS:  # --decode-tokens also takes auto: the default as text, its own help
+            assert params[name].default == str(field.default) and params[name].help == WIDER_FLAGS[name][1]
+            continue
         assert params[name].default == field.default and params[name].help == field.description
     # the run options come first, in RunConfig's order, then the command's own
     assert [p.name for p in _command("run").params][:len(flagged)] == list(flagged)
@@ -30,7 +33,9 @@ def test_sim_run_offers_every_flagged_run_option_with_its_default_and_help():
 def test_a_command_reuses_an_option_with_its_own_default_or_help():
     params = {p.name: p for p in _command("validate").params}
     assert params["decode_tokens"].opts == ["--decode-tokens"]
-    assert params["decode_tokens"].default != RunConfig.model_fields["decode_tokens"].default
+    # one default run length everywhere (sim.engine.config.DEFAULT_DECODE_TOKENS), its own help
+    assert params["decode_tokens"].default == RunConfig.model_fields["decode_tokens"].default
+    assert params["decode_tokens"].help != RunConfig.model_fields["decode_tokens"].description
     plan = {p.name: p for p in _command("plan").params}
     assert plan["memory_budget"].required and plan["device"].help == RunConfig.model_fields["device"].description
 

@@ -52,6 +52,10 @@ def ablate(**options: Any) -> None:
     ladder, json_out, plot = (options.pop(p.name) for p in OWN_OPTIONS)
     check_output(plot, "--plot", suffixes=PLOT_SUFFIXES, inputs=run_cmd.input_files(**options))
     request = run_cmd.run_request(**options)
+    if request.auto_length:
+        from sim.errors import SimError
+
+        raise SimError("sim ablate runs every rung at one length; give a count (default 128)", field="--decode-tokens")
     with request.knob_errors():
         table = run_ladder(request.config, ladder)
     config = request.config.dump()

@@ -23,7 +23,8 @@ def calibrate_cmd(
     params: str | None = typer.Option(None, "--params", help="Unknown names or globs, comma-separated "
                                       "(default: all; `sim calibrate params` lists them)."),
     out: Path | None = typer.Option(None, "--out", help="Write the calibration here (.yaml)."),
-    decode_tokens: int = run_option("decode_tokens", 64, help="Decode tokens per point run."),
+    decode_tokens: int = run_option("decode_tokens",
+                                     help="Decode tokens per point run (the default run length, as sim validate's)."),
     max_evals: int = typer.Option(200, "--max-evals", help="Evaluations per fit (each runs every point once)."),
     cv_max_evals: int | None = typer.Option(
         None, "--cv-max-evals", help="Evaluations per cross-validation refit (default: --max-evals); each starts at "

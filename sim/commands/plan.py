@@ -9,6 +9,7 @@ import typer
 
 from sim.commands.run_options import run_option
 from sim.commands.settings import own_preset, parse_sets, profile_sets
+from sim.engine.config import DEFAULT_DECODE_TOKENS
 from sim.errors import SimError
 from sim.outputs import check_output
 
@@ -26,7 +27,8 @@ def plan(
     out: Path | None = typer.Option(None, "--out", help="Write the plan YAML here (for sim run --plan)."),
     workers: int = typer.Option(1, "--workers", help="Local worker processes for the evaluations."),
     prune_tokens: int = typer.Option(8, "--prune-tokens", help="Decode tokens per analytic (pruning) evaluation."),
-    confirm_tokens: int = typer.Option(32, "--confirm-tokens", help="Decode tokens per DES confirmation."),
+    confirm_tokens: int = typer.Option(DEFAULT_DECODE_TOKENS, "--confirm-tokens",
+                                       help="Decode tokens per DES confirmation (the default run length)."),
     warmup_tokens: int = run_option("warmup_tokens"),
     confirm: int = typer.Option(3, "--confirm", help="Best analytic candidates confirmed with the DES."),
     passes: int = typer.Option(2, "--passes", help="Rounds of one-knob-at-a-time search."),

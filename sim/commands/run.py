@@ -89,7 +89,7 @@ def _profile_hashes(device: Any, model: Any) -> dict[str, str]:
             "model": digest(load_model(model).model_dump(mode="json"))}
 
 
-@with_run_options()
+@with_run_options(wider=("decode_tokens",))
 def run(
     plan: Path | None = typer.Option(None, "--plan", help="YAML of strategy knobs (e.g. from `sim plan`)."),
     sets: list[str] = typer.Option(
@@ -106,11 +106,14 @@ def run(
     calibration: str | None = typer.Option(
         None, "--calibration", help="Calibrated unknowns to apply (`sim calibrate --out`): default the bundled "
                                     "validation/calibration.yaml; none: the microbenchmark-only prediction."),
+    uncertainty: bool = typer.Option(
+        False, "--uncertainty", help="Sample the calibrated unknowns' uncertainty (their prior ranges on a device or "
+                                     "model no published point covers) and print the median and 90% interval."),
+    samples: int = typer.Option(24, "--samples", help="Samples for --uncertainty (analytic evaluations)."),
     **options: Any,
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
     from sim import kernel_warmup
-    from sim.engine.simulation import simulate
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
     # Outputs are checked before the run, so a finished simulation is never lost to a bad path.
@@ -126,9 +129,11 @@ def run(
     with request.knob_errors():
         helper = kernel_warmup.start(request.config)  # a first run: the engine's kernels compile beside the trace's
         try:
-            result = simulate(request.config, timeline=timeline is not None or gantt is not None)
+            result = request.simulate(timeline=timeline is not None or gantt is not None)
         finally:
             kernel_warmup.stop(helper)
+    if uncertainty:
+        add_interval(result.summary, request, samples)
     result.summary["warnings"] = request.warnings + list(result.summary.get("warnings", []))
     result.summary["calibration"] = request.calibration
     if timeline is not None:
@@ -157,7 +162,23 @@ def run(
 # sim run's flags that say where its results go, not what runs: the rest are the run options
 # (RunConfig's, sim.commands.run_options) and --plan/--set, which `sim ablate` takes too
 # (sim.commands.ablate reads them from run's signature).
-OUTPUT_FLAGS = ("timeline", "gantt", "tokens_csv", "json_out")
+OUTPUT_FLAGS = ("timeline", "gantt", "tokens_csv", "json_out", "uncertainty", "samples")
+
+
+def add_interval(summary: dict[str, Any], request: RunRequest, samples: int) -> None:
+    """``decode_tokens_per_s_interval`` (median, 90%) from the calibrated unknowns' uncertainty."""
+    from sim.checks import check_int
+    from sim.explore.uncertainty import prediction_interval
+
+    check_int(samples, "--samples", 2, 10_000)
+    if request.applied is None:
+        raise SimError("needs a calibration to sample (drop --calibration none)", field="--uncertainty")
+    with request.knob_errors():
+        interval = prediction_interval(request.uncalibrated, request.applied, summary["decode_tokens_per_s"],
+                                       samples=samples, seed=request.config.seed, user_paths=request.user_paths)
+    summary["decode_tokens_per_s_interval"] = {"median": interval.median, "lo": interval.lo, "hi": interval.hi,
+                                               "level": 0.9, "samples": len(interval.samples),
+                                               "unknowns": interval.sources}
 
 
 def input_files(**options: Any) -> dict[str, Any]:
@@ -178,6 +199,28 @@ class RunRequest:
     knobs: dict[str, Any]  # from --plan and --set
     plan: Path | None
     calibration: str = "none"  # the calibration applied (its file), or none
+    auto_length: bool = False  # --decode-tokens auto: config.decode_tokens is the first run's length
+    uncalibrated: Any = None  # the RunConfig before the calibration, to re-apply it at another length
+    applied: Any = None  # the calibration (sim.calibrate.calibration), or None
+    user_paths: tuple[str, ...] = ()  # what the user set, which the calibration leaves alone
+
+    def variant(self, **changes: Any) -> Any:
+        """The run's configuration with other run options (seed, decode_tokens), calibrated as the run is."""
+        from sim.calibrate.apply import calibrated_config
+
+        if all(getattr(self.config, key) == value for key, value in changes.items()):
+            return self.config
+        return calibrated_config(self.uncalibrated.model_copy(update=changes), self.applied,
+                                 user_paths=self.user_paths)
+
+    def simulate(self, **simulate_options: Any) -> Any:
+        """The run (a SimResult): of the configuration's length, or until steady under ``auto``."""
+        from sim.engine.run_length import simulate_until_steady
+        from sim.engine.simulation import simulate
+
+        if self.auto_length:
+            return simulate_until_steady(self.config, self.variant, **simulate_options)
+        return simulate(self.config, **simulate_options)
 
     @contextmanager
     def knob_errors(self) -> Iterator[None]:
@@ -199,9 +242,12 @@ def run_request(*, plan: Path | None, sets: list[str], calibration: str | None =
     calibration's values where their scope covers the run; a value the user set is the user's)."""
     from sim.calibrate.apply import calibrated_config
     from sim.calibrate.calibration import load_calibration
-    from sim.engine.config import RunConfig
+    from sim.engine.config import DEFAULT_DECODE_TOKENS, RunConfig
+    from sim.engine.run_length import AUTO, parse_decode_tokens
 
     cal = load_calibration(calibration)  # a bad file fails before anything runs
+    decode_tokens = parse_decode_tokens(options["decode_tokens"])
+    options = {**options, "decode_tokens": DEFAULT_DECODE_TOKENS if decode_tokens == AUTO else decode_tokens}
 
     settings, typed = parse_sets(sets)
     overrides = {key: value for key, value in settings.items() if key.startswith(PROFILE_PREFIXES)}
@@ -223,8 +269,10 @@ def run_request(*, plan: Path | None, sets: list[str], calibration: str | None =
     with request.knob_errors():
         request.config = RunConfig.of(source="sim run", **{**options, "preset": preset}, knobs=knobs,
                                       overrides=overrides)
-        request.config = calibrated_config(request.config, cal, user_paths=(*overrides, *knobs))
+        request.uncalibrated, request.applied, request.user_paths = request.config, cal, (*overrides, *knobs)
+        request.config = calibrated_config(request.config, cal, user_paths=request.user_paths)
     request.calibration = cal.source if cal is not None else "none"
+    request.auto_length = decode_tokens == AUTO
     return request
 
 
@@ -234,6 +282,27 @@ def _fmt(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:,.4g}"
     return str(value)
+
+
+def steady_text(s: dict[str, Any]) -> str:
+    """The steady state's figure and 95% interval, and the warm-up it follows."""
+    steady, ci = s["steady_state"], s.get("decode_tokens_per_s_ci")
+    interval = f"[{ci[0]:.4g}, {ci[1]:.4g}]" if ci else "(too few tokens for an interval)"
+    if "replications" in steady:
+        return f"{steady['decode_tokens_per_s']:.4g} {interval} over {steady['replications']} replications"
+    return f"{steady['decode_tokens_per_s']:.4g} {interval} after {steady['warmup_tokens']} warm-up tokens"
+
+
+def length_text(s: dict[str, Any]) -> str:
+    """How many tokens the run decoded, and under ``auto`` the lengths it tried."""
+    n = s.get("config", {}).get("decode_tokens")
+    auto = s.get("decode_tokens_auto")
+    if auto:
+        return (f"decode tokens: {n} (auto: {auto['replications']} replications on seeds "
+                f"{auto['seeds'][0]}-{auto['seeds'][-1]} until the 95% interval's half-width is within "
+                f"{auto['target_half_width']:.0%}, at most {auto['max_replications']}; the figures below "
+                f"decode_tokens_per_s are seed {auto['seeds'][0]}'s)")
+    return f"decode tokens: {n}"
 
 
 def print_edits(console: Console, request: RunRequest) -> None:
@@ -251,7 +320,21 @@ def _print_table(s: dict[str, Any], request: RunRequest) -> None:
                 "flash_bytes_per_token", "dram_bytes_per_token", "energy_j_per_token"):
         if key in s:
             head.add_row(key, _fmt(s[key]))
+        if key == "decode_tokens_per_s" and s.get("steady_state"):
+            head.add_row("  steady state, 95% CI", steady_text(s))
+        if key == "decode_tokens_per_s" and s.get("decode_tokens_per_s_interval"):
+            i = s["decode_tokens_per_s_interval"]
+            spread = ", ".join(f"{k} ({v})" for k, v in i["unknowns"].items()) or "no unknown reaches this run"
+            head.add_row("  90% prediction interval", f"{i['median']:.4g} [{i['lo']:.4g}, {i['hi']:.4g}] over "
+                                                        f"{i['samples']} samples of {spread}")
     console.print(head)
+    console.print(length_text(s), markup=False, highlight=False, soft_wrap=True)
+    if s.get("bottleneck"):
+        binds = Table("phase", "bottleneck", "share of the phase's time", title="what binds")
+        for phase, b in [*s["bottleneck"]["phases"].items(), ("token", s["bottleneck"]["token"])]:
+            binds.add_row(phase, b["resource"], ", ".join(f"{k} {v:.0%}" for k, v in
+                                                          sorted(b["shares"].items(), key=lambda kv: -kv[1])))
+        console.print(binds)
     console.print(f"calibration: {s.get('calibration', 'none')}", markup=False, highlight=False, soft_wrap=True)
     if s["phases_ms_per_token"]:  # the cost model of some strategies has no phases
         phases = Table("phase", "ms per token", title="where decode time goes")

@@ -66,16 +66,32 @@ def run_option(name: str, default: Any = inspect.Parameter.empty, help: str | No
     return typer.Option(value, flag_name(name), help=help or field.description, **typer_options)
 
 
-def run_parameters(exclude: tuple[str, ...] = ()) -> list[inspect.Parameter]:
-    """Every flagged run option but ``exclude`` as a parameter typer reads (name, flag, type)."""
-    return [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=run_option(name),
-                              annotation=option_type(name))
-            for name in flagged_options() if name not in exclude]
+# Run options whose flag takes more than RunConfig's field does: `--decode-tokens auto`
+# (sim.engine.run_length) is a count or a word, resolved by sim run's request.
+WIDER_FLAGS: dict[str, tuple[Any, str]] = {
+    "decode_tokens": (str, "Tokens to generate, or auto: until the 95% interval's half-width is within 2% "
+                           "(see sim.engine.run_length)."),
+}
 
 
-def with_run_options(exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
+def run_parameters(exclude: tuple[str, ...] = (), wider: tuple[str, ...] = ()) -> list[inspect.Parameter]:
+    """Every flagged run option but ``exclude`` as a parameter typer reads (name, flag, type);
+    those in ``wider`` take :data:`WIDER_FLAGS`' type and help instead."""
+    params = []
+    for name in flagged_options():
+        if name in exclude:
+            continue
+        kind, help = WIDER_FLAGS[name] if name in wider else (option_type(name), None)
+        default = str(RunConfig.model_fields[name].default) if name in wider else inspect.Parameter.empty
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=run_option(name, default, help),
+                                        annotation=kind))
+    return params
+
+
+def with_run_options(exclude: tuple[str, ...] = (), wider: tuple[str, ...] = ()) -> Callable[[F], F]:
     """Decorator: the command takes every run option (but ``exclude``) as a flag, listed before its
-    own parameters, and receives them as keyword arguments (its ``**options``)."""
+    own parameters, and receives them as keyword arguments (its ``**options``); ``wider`` names
+    options whose flag takes more than a RunConfig field (:data:`WIDER_FLAGS`)."""
 
     def decorate(command: F) -> F:
         params = inspect.signature(command, eval_str=True).parameters.values()
@@ -84,7 +100,7 @@ def with_run_options(exclude: tuple[str, ...] = ()) -> Callable[[F], F]:
         clash = {p.name for p in own} & set(flagged_options())
         if clash:
             raise ValueError(f"{command.__name__} declares run option(s) {sorted(clash)} itself")
-        command.__signature__ = inspect.Signature([*run_parameters(exclude), *own])  # type: ignore[attr-defined]
+        command.__signature__ = inspect.Signature([*run_parameters(exclude, wider), *own])  # type: ignore[attr-defined]
         return command
 
     return decorate

@@ -88,6 +88,9 @@ def run(
         print(f"note: {note}")
     print(f"sweep {spec.name}: {report.total} points, {report.skipped} already done, {report.ran} run, "
           f"{report.failed} failed, {report.wall_s:.1f} s -> {report.out}")
+    if "decode_tokens" in report.results:  # the run length its figures are quoted at
+        lengths = sorted({int(n) for n in report.results["decode_tokens"].dropna()})
+        print(f"decode tokens per point: {', '.join(map(str, lengths))}")
     if report.failed:
         print(f"error: {report.failed} of {report.total} points failed (rows written to {report.out}; "
               f"--retry-failed runs them again); first failure: {report.first_error}", file=sys.stderr)

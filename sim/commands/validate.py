@@ -24,7 +24,8 @@ def register(app: typer.Typer) -> None:
 
 def validate_cmd(
     ids: list[str] = typer.Argument(None, help="Point ids to run (default: all)."),
-    decode_tokens: int = run_option("decode_tokens", 64, help="Decode tokens per point."),
+    decode_tokens: int = run_option("decode_tokens",
+                                     help="Decode tokens per point (the default run length, as sim run's)."),
     json_out: bool = typer.Option(False, "--json", help="Print JSON rows."),
     csv_out: Path | None = typer.Option(None, "--out", help="Write the table as CSV (.csv)."),
     plot_dir: Path | None = typer.Option(None, "--plot",
@@ -69,7 +70,7 @@ def validate_cmd(
                          **({"calibrated": cv_mapes} if cv_mapes else {})}))
     else:
         table = Table("id", "source", "device", "model", "strategy", "setting", "metric", "published", "predicted",
-                      "error %", title="published vs predicted")
+                      "error %", title=f"published vs predicted ({decode_tokens} decode tokens a point)")
         if cv_mapes:
             for column in ("uncalibrated %", "in-sample %", "cross-validated %"):
                 table.add_column(column)

@@ -34,6 +34,11 @@ MODES = ("des", "analytic")
 # are bounded by the model's context). A million is far past any useful warm-up and still
 # under an hour of generation; a typo beyond it would otherwise run for days.
 MAX_TRACE_TOKENS = 1_000_000
+# The one default run length: sim run, sim plan's DES confirmations, sim validate, sim calibrate
+# and sweeps decode this many tokens unless told otherwise (and print it), so one configuration
+# is quoted at one speed everywhere. docs/steady_state.md says why the figure moves with length;
+# `sim run --decode-tokens auto` runs until its confidence interval is tight instead.
+DEFAULT_DECODE_TOKENS = 128
 
 
 def option(default: Any, help: str, *, cli: str | None = None, flag: bool = True) -> Any:
@@ -63,7 +68,7 @@ class RunConfig(BaseModel):
     offload: float | None = option(None, "Fraction of FFN weights only on flash.")
     weights_dtype: str | None = option(None, "fp32, fp16, int8 or int4.")
     prompt_tokens: int = option(64, "Prompt length (prefill).")
-    decode_tokens: int = option(128, "Tokens to generate.")
+    decode_tokens: int = option(DEFAULT_DECODE_TOKENS, "Tokens to generate.")
     warmup_tokens: int = option(16, "Trace tokens replayed to warm the cache.")
     profile_tokens: int | None = option(  # None: 64 for a preset's trace, 0 for a given trace
         None, "Trace tokens used as the offline profile (0: the decoded ones; default 64 for presets, 0 for --trace).")

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from sim.engine.steady_state import steady_state
 from sim.engine.unit_labels import accelerator, unit_kind
 from sim.profiles.device import DeviceProfile
 from sim.profiles.memory import MemoryPlan
@@ -24,8 +25,12 @@ def summarise(tokens: pd.DataFrame, *, plan: MemoryPlan, device: DeviceProfile, 
     hits = int(tokens["hits"].sum())
     with np.errstate(invalid="ignore", divide="ignore"):
         miss_ratio = np.where(tokens["requests"] > 0, tokens["misses"] / tokens["requests"], 0.0)
+    steady = steady_state(lat)
     out: dict[str, Any] = {
         "decode_tokens_per_s": len(lat) / decode_s if decode_s > 0 else math.inf,
+        # the 95% interval of the steady state's tokens/s (after the warm-up MSER-5 detects), sim.engine.steady_state
+        "decode_tokens_per_s_ci": list(steady.ci) if steady.ci is not None else None,
+        "steady_state": steady.as_dict(),
         "prefill_tokens_per_s": prompt_tokens / prefill_s if prefill_s and prefill_s > 0 else None,
         "ttft_s": prefill_s if prefill_s == prefill_s else None,
         "latency_ms_mean": float(lat.mean() * 1e3),

@@ -20,6 +20,7 @@ import pandas as pd
 import simpy
 
 from sim.checks import check_bool, shown
+from sim.engine.bottleneck import bottleneck
 from sim.engine.config import MAX_TRACE_TOKENS, MODES, RunConfig  # noqa: F401  (re-exported)
 from sim.engine.costs import ModelCosts
 from sim.engine.machine import Machine, Span, Usage
@@ -284,6 +285,12 @@ def simulate(config: RunConfig | str | Path | DeviceProfile | None = None, model
                         busy_s=busy, prefill_busy_s=prefill_busy, decode_dram_bytes=decode_dram_bytes,
                         decode_flash_requests=decode_flash_requests,
                         warnings=run_warnings + sorted(machine.flash.extrapolated))
+    phases_s = {c: float(df[c].sum()) for c in summary["phases_ms_per_token"] and
+                [f"{p}_s" for p in summary["phases_ms_per_token"]]}
+    summary["bottleneck"] = bottleneck(phases_s, busy, float(df["latency_s"].sum()) if len(df) else 0.0, device=dev,
+                                       cpu_phases=strat_cls.cpu_phases, dram_bytes=decode_dram_bytes,
+                                       flash_bytes=float(df["flash_bytes"].sum()) if len(df) else 0.0,
+                                       flash_requests=decode_flash_requests)
     summary.update(device=dev.name, model=mod.name, strategy=strat_cls.name, mode=mode, seed=seed,
                    trace_source=tr.meta.source, wall_s=time.perf_counter() - wall0)
     # which preset made a generated trace, and for a derived one where its groups came from ({}: not derived)

@@ -38,7 +38,7 @@ from typing import Any
 import yaml
 
 from sim.checks import check_int
-from sim.engine.config import RunConfig
+from sim.engine.config import DEFAULT_DECODE_TOKENS, RunConfig
 from sim.engine.strategies import get_strategy
 from sim.engine.strategies.search import family_knobs
 from sim.errors import SimError
@@ -158,7 +158,8 @@ def _round(v: float) -> float | None:
 
 def plan(device: Any = None, model: Any = None, *, strategy: str | None = None, memory_budget: Any = None,
          objective: str = "tokens_per_s", min_tokens_per_s: float | None = None, prune_tokens: int = 8,
-         confirm_tokens: int = 32, warmup_tokens: int = 16, confirm: int = 3, passes: int = 2, seed: int = 0,
+         confirm_tokens: int = DEFAULT_DECODE_TOKENS, warmup_tokens: int = 16, confirm: int = 3, passes: int = 2,
+         seed: int = 0,
          preset: str | None = None, overrides: dict[str, Any] | None = None, workers: int = 1,
          executor: Executor | None = None, calibration: str | Path | None = None) -> PlanResult:
     """Search ``strategy``'s plannable knobs for ``model`` on ``device`` at ``memory_budget``.

@@ -109,6 +109,13 @@ def flatten_summary(summary: dict[str, Any]) -> dict[str, Any]:
             continue
         if key in ("utilisation", "prefill_utilisation") and isinstance(value, dict):
             out.update(_utilisation_by_kind(value, key))
+        elif key.endswith("_ci"):  # an interval: two numeric columns (none when the run had too few tokens)
+            if value:
+                out[f"{key}.lo"], out[f"{key}.hi"] = _scalar(value[0]), _scalar(value[1])
+        elif key == "bottleneck":  # what binds the token: a column to colour a sweep by (--hue bottleneck)
+            token = (value or {}).get("token") or {}
+            out["bottleneck"] = token.get("resource")
+            out["bottleneck.share"] = (token.get("shares") or {}).get(token.get("resource"))
         elif isinstance(value, dict):
             for sub, v in value.items():
                 out[f"{key}.{sub}"] = _scalar(v)

@@ -109,6 +109,9 @@ class Strategy(ABC):
     uses_predictor: ClassVar[bool] = True  # predictors occupy DRAM
     reads_activations: ClassVar[bool] = True  # which neurons fire changes its figures (a trace matters)
     split_scales: ClassVar[bool] = True  # FFN scales resident, bundles without them in cache
+    # per-token phase columns that are barriers on the compute threads (sim.engine.bottleneck);
+    # the others overlap CPU, flash and accelerators
+    cpu_phases: ClassVar[tuple[str, ...]] = ("attention_s", "predictor_s", "lm_head_s")
     keeps_profile: ClassVar[bool] = False  # holds the offline hot-neuron profile (profile-based policies need it)
     readers_share_compute: ClassVar[bool] = False  # flash readers run on the compute cores, not cores of their own
     # The mechanisms an ablation switches one at a time (`sim ablate`, sim.explore.ablation):
