@@ -23,6 +23,7 @@ Figures printed (each the best of ``--repeat``), with the same-process baseline
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections.abc import Callable
 
@@ -82,6 +83,8 @@ def main() -> None:
 
     budget = args.budget or "usable DRAM"
     print(f"turbosparse-mixtral-47b on oneplus-12, powerinfer2, 128 decode tokens, budget {budget}; analytic mode")
+    print(f"  machine load average (1 min) {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores: absolute times inflate with it, ratios less")
     print(f"  simulate(mode='analytic')   {sim_s * 1e3:9.1f} ms  {sim_tps:8.4f} tokens/s  (baseline, trace in memory)")
     print(f"  first evaluation            {first_s * 1e3:9.1f} ms  {first_tps:8.4f} tokens/s  "
           f"{agree(first_tps, sim_tps)}, {sim_s / first_s:.1f}x the baseline's speed")

@@ -59,6 +59,8 @@ def main() -> None:
     print(f"  notice with the trace stored: {'yes' if HEADER in err_again else 'NO'}; "
           f"on the warm run: {'none (as it should)' if HEADER not in err_warm else 'SHOWN (unexpected)'}")
     print(f"  result: {result}")
+    print(f"  machine load average (1 min) {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores: absolute times inflate with it, ratios less")
 
 
 if __name__ == "__main__":

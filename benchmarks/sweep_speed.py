@@ -74,6 +74,8 @@ def main() -> None:
     sim_s = float(df["wall_s"].sum())
     print(f"sweep: {n_points} points ({len(raw['grid']['memory_budget'])} budgets x 3 strategies), "
           f"{args.decode_tokens} decode tokens each, {args.workers} workers")
+    print(f"  machine load average (1 min) {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores: absolute times inflate with it, ratios less")
     print(f"  wall time            {wall:8.1f} s   (target <= {TARGET_S:.0f} s: "
           f"{'met' if wall <= TARGET_S else 'NOT met'})")
     print(f"  points per second    {n_points / wall:8.2f}")

@@ -19,6 +19,7 @@ Figures printed, the baselines measured in the same process after the timed writ
 from __future__ import annotations
 
 import argparse
+import os
 import resource
 import tempfile
 import time
@@ -88,6 +89,8 @@ def main() -> None:
     print(f"turbosparse-mixtral-47b: {args.tokens} decode tokens, {dims.n_layers} layers x {dims.n_experts} experts "
           f"(top-{dims.top_k}) x {dims.n_neurons} neurons, with predicted sets; "
           f"{n_ids / 1e6:.1f} M active and {n_pred / 1e6:.1f} M predicted ids")
+    print(f"  machine load average (1 min) {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores: absolute times inflate with it, ratios less")
     print(f"  synthesised and written  {write_s:7.2f} s    (target <= {TARGET_S:.0f} s: "
           f"{verdict(write_s <= TARGET_S)})")
     print(f"  file (format v2)         {size_mb:7.1f} MB   (target <= {TARGET_MB:.0f} MB: "

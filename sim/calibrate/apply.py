@@ -81,12 +81,13 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     The run profiles hot neurons on the trace's first tokens exactly as it does on a
     generated preset (``profile_tokens`` given), so unedited values give the same figures.
     """
-    from sim.engine.simulation import DEFAULT_PROFILE_TOKENS
+    from sim.engine.simulation import DEFAULT_PROFILE_TOKENS, TRACE_READ_AHEAD
+    from sim.engine.trace_replay import replayable
     from sim.profiles.edits import apply_path
     from sim.profiles.registry import load_model
     from sim.traces.derived import preset_for
     from sim.traces.params import SynthDims, params_from_mapping
-    from sim.traces.synth import synth_trace
+    from sim.traces.store import stored_synth_trace
 
     profile = load_model(model)
     name = point.get("preset") or profile.name
@@ -102,7 +103,10 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     dims = SynthDims.from_model(profile)
     key = (params.to_yaml(), dims, n_tokens, seed)
     if key not in _TRACES:
-        _TRACES[key] = synth_trace(params, dims, n_tokens, seed, chunk_tokens=32)
+        # from the trace store (made once across runs and a sweep's workers), its chunks kept in memory: a
+        # lazy generated trace would be generated again by every run that reads it
+        _TRACES[key] = replayable(stored_synth_trace(params, dims, n_tokens, seed, chunk_tokens=32),
+                                  read_ahead=TRACE_READ_AHEAD)
         while len(_TRACES) > TRACE_CACHE:
             _TRACES.popitem(last=False)
     _TRACES.move_to_end(key)

@@ -187,8 +187,8 @@ def schedule_ffn_phase(now, gate_reads, ud_reads, job_bytes, job_ops, has_ud, th
             w = wait_io[st[_IO_HEAD]]
             st[_IO_HEAD] += 1
             st[_IO_IDLE] = 0
-            _start_read(w, stage[w], now, True, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i,
-                        st)
+            _start_read(w, stage[w], now, np.int64(1), gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k,
+                        heap_i, st)
         while st[_CPU_HEAD] < st[_CPU_TAIL]:  # waiting clusters take the freed threads
             th = _fastest_free(thread_free)
             if th < 0:
@@ -219,8 +219,8 @@ def _advance(c, now, stage, gate_reads, ud_reads, has_ud, job_bytes, job_ops, th
                 continue
             if st[_IO_IDLE] and st[_IO_HEAD] == st[_IO_TAIL]:
                 st[_IO_IDLE] = 0
-                _start_read(c, s, now, False, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i,
-                            st)
+                _start_read(c, s, now, np.int64(0), gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k,
+                            heap_i, st)
             else:
                 wait_io[st[_IO_TAIL]] = c
                 st[_IO_TAIL] += 1
@@ -248,9 +248,10 @@ def _fastest_free(thread_free):
 
 @njit(cache=True)
 def _start_read(c, s, now, queued, gate_reads, ud_reads, reads, io_busy, heap_t, heap_s, heap_k, heap_i, st):
-    """Start cluster ``c``'s read stage ``s`` on the I/O thread. ``queued``: it waited behind
-    the read that just ended, so it runs back-to-back and its latency is hidden (the same
-    arithmetic as ``FlashModel.batch_time_s``, so both paths agree to the bit)."""
+    """Start cluster ``c``'s read stage ``s`` on the I/O thread. ``queued`` (1, else 0): it waited
+    behind the read that just ended, so it runs back-to-back and its latency is hidden (the same
+    arithmetic as ``FlashModel.batch_time_s``, so both paths agree to the bit). Callers pass it as
+    an int64: a ``True``/``False`` literal would reach numba as two literal types, two compilations."""
     n_req = gate_reads[c] if s == 0 else ud_reads[c]
     block = reads[0] if s == 0 else reads[2]
     gbps = reads[1] if s == 0 else reads[3]
