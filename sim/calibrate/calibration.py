@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from sim.bundled import bundled_dir
+from sim.calibrate.evaluator import Evaluator
 from sim.calibrate.fit import FitResult, check_fit, fit, today
 from sim.calibrate.unknowns import Unknown, load_unknowns
 from sim.errors import SimError
@@ -26,6 +27,9 @@ from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 DEFAULT_NAME = "calibration.yaml"
 NONE = "none"  # `--calibration none`: the microbenchmark-only prediction
 BUNDLED_LABEL = f"bundled validation/{DEFAULT_NAME}"  # how output names the default calibration
+# |d log(predicted) / d unit coordinate| below which an unknown does not move a point: a
+# difference step of DIFF_STEP then changes the prediction by under 0.004%
+SENSITIVE = 1e-3
 
 
 def source_group(point: Mapping[str, Any]) -> str:
@@ -80,46 +84,47 @@ def _num(x: float) -> float | None:
 
 def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
               max_evals: int = 200, cross_validate: bool = True, made_by: str = "sim calibrate",
-              cv_max_evals: int | None = None,
+              cv_max_evals: int | None = None, loss: str = "linear", workers: int = 1,
               progress: Callable[[str, int, float], None] | None = None) -> tuple[Calibration, FitResult]:
     """Fit on every point, then refit once per source group held out (leave-one-group-out).
 
-    A fold keeps only the unknowns that still reach one of its points and, if the half-rule
-    would be broken, drops the fold's unknowns that reach the fewest points (their values
-    stay at the full fit's, which then sees the held-out group: the fold says so in
-    ``meta.fold_notes``). Returns the calibration and the full fit.
+    A fold refits, from the priors' centres as the full fit does, the unknowns that move one
+    of its kept points (by the full fit's sensitivities; an unknown in a kept point's scope
+    that does not change its prediction, such as a compute efficiency on an I/O-only figure,
+    does not count). Starting a fold at the full fit's values, or keeping there an unknown
+    its points cannot move, would carry the held-out group's information into its own
+    prediction. Unknowns no kept point moves, and, if the half-rule would be broken, those
+    that move the fewest, stay at the prior's centre (``meta.fold_notes`` says which).
+    Returns the calibration and the full fit.
     """
     check_fit(points, unknowns)
-    runs: dict[tuple, float] = {}  # predictions shared by the full fit and its folds
-    full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, runs=runs,
-               progress=(lambda n, c: progress("all points", n, c)) if progress else None)
-    folds: dict[str, dict[str, float]] = {}
-    notes: dict[str, str] = {}
-    if cross_validate:
-        from sim.calibrate.apply import applicable
-
-        groups = sorted({source_group(p) for p in points})
-        for group in groups:
-            kept = [p for p in points if source_group(p) != group]
-            reach = {u.name: sum(1 for p in kept if u in applicable([u], p)) for u in unknowns}
-            free = [u for u in unknowns if reach[u.name] > 0]
-            free.sort(key=lambda u: -reach[u.name])
-            while free and 2 * len(free) > len(kept):
-                free.pop()
-            fixed = [u.name for u in unknowns if u not in free]
-            if fixed:
-                notes[group] = (f"without {group}, {', '.join(fixed)} reach{'es' if len(fixed) == 1 else ''} too few "
-                                "points to refit: kept at the prior's centre")
-            vals = {u.name: u.midpoint for u in unknowns if u not in free}
-            if free:
-                sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=cv_max_evals or max_evals,
-                          start=full.values, runs=runs,
-                          progress=(lambda n, c, g=group: progress(f"without {g}", n, c)) if progress else None)
-                vals.update(sub.values)
-            folds[group] = vals
+    with Evaluator(decode_tokens, workers=workers) as ev:  # predictions shared by the full fit and its folds
+        full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, evaluator=ev, loss=loss,
+                   progress=(lambda n, c: progress("all points", n, c)) if progress else None)
+        folds: dict[str, dict[str, float]] = {}
+        notes: dict[str, str] = {}
+        if cross_validate:
+            for group in sorted({source_group(p) for p in points}):
+                kept = [p for p in points if source_group(p) != group]
+                moved = {u.name: sum(1 for p in kept if full.sensitivity.get(str(p["id"]), {}).get(u.name, 0.0)
+                                     > SENSITIVE) for u in unknowns}
+                free = sorted((u for u in unknowns if moved[u.name] > 0), key=lambda u: -moved[u.name])
+                while free and 2 * len(free) > len(kept):
+                    free.pop()
+                fixed = [u.name for u in unknowns if u not in free]
+                if fixed:
+                    notes[group] = (f"without {group}, {', '.join(fixed)} move{'s' if len(fixed) == 1 else ''} too "
+                                    "few of the other points to refit: kept at the prior's centre")
+                vals = {u.name: u.midpoint for u in unknowns if u not in free}
+                if free:
+                    sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=cv_max_evals or max_evals,
+                              evaluator=ev, loss=loss,
+                              progress=(lambda n, c, g=group: progress(f"without {g}", n, c)) if progress else None)
+                    vals.update(sub.values)
+                folds[group] = vals
     meta = {"made_by": made_by, "code_version": _code_version(), "date": today(),
             "decode_tokens": decode_tokens, "max_evals": max_evals,
-            "cv_max_evals": cv_max_evals or max_evals, "evaluations": full.evaluations,
+            "cv_max_evals": cv_max_evals or max_evals, "loss": loss, "evaluations": full.evaluations,
             "warnings": list(full.warnings), "fold_notes": notes,
             "residuals": {i: {"before": _num(full.initial_residuals[i]), "after": _num(full.residuals[i])}
                           for i in full.points}}

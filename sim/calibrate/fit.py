@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from sim.calibrate.apply import applicable, run_overrides
+from sim.calibrate.evaluator import Evaluator
 from sim.calibrate.unknowns import Unknown
 from sim.errors import SimError
 
@@ -30,6 +31,8 @@ from sim.errors import SimError
 # tiny scales (integer neuron counts, a fixed seed), so a step far above float noise.
 DIFF_STEP = 0.04
 AT_BOUND = 0.01  # within 1% of the prior's width of an end: "at its bound"
+LOSSES = ("linear", "soft_l1")  # scipy.optimize.least_squares's: plain least squares, or robust
+ROBUST_SCALE = 0.2  # soft_l1's scale in log units: residuals beyond ~20% weigh less than their square
 
 
 @dataclass
@@ -46,6 +49,9 @@ class FitResult:
     evaluations: int
     decode_tokens: int
     warnings: list[str] = field(default_factory=list)
+    # per point, per unknown: |d log(predicted) / d unit coordinate|, the larger of the start's
+    # and the solution's (what a cross-validation fold uses to see which unknowns its points move)
+    sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def values_by_unknown(self) -> dict[Unknown, float]:
         return {u: self.values[u.name] for u in self.unknowns}
@@ -92,38 +98,42 @@ def check_fit(points: list[Mapping[str, Any]], unknowns: list[Unknown]) -> None:
 
 def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
         max_evals: int = 200, start: Mapping[str, float] | None = None,
-        progress: Callable[[int, float], None] | None = None, runs: dict[tuple, float] | None = None) -> FitResult:
+        progress: Callable[[int, float], None] | None = None, runs: dict[tuple, float] | None = None,
+        evaluator: Evaluator | None = None, loss: str = "linear", f_scale: float = ROBUST_SCALE) -> FitResult:
     """Fit ``unknowns`` to ``points`` (published.yaml entries) and return the estimate.
 
-    ``runs`` memoises predictions by point and the values in its scope; the folds of a
-    cross-validation pass one dict, so a fold starting at the full fit's values reruns nothing.
+    Predictions go through ``evaluator`` (memoised by point and the values in its scope, run
+    in parallel where a step needs several); without one, a one-process evaluator over
+    ``runs``. ``start`` (names to values) is where the search begins, the prior's centre
+    otherwise. ``loss`` is scipy's: ``linear`` is plain least squares; ``soft_l1`` weighs a
+    residual beyond ``f_scale`` (in log units) less than its square, so one point whose gap no
+    value can close (a missing mechanism, which the result still reports) cannot drag every
+    value towards its bound.
     """
     from scipy.optimize import least_squares
 
     check_fit(points, unknowns)
+    if loss not in LOSSES:
+        raise SimError(f"must be one of {', '.join(LOSSES)}, got {loss!r}", field="--loss")
+    own = evaluator is None
+    ev = Evaluator(decode_tokens, runs=runs) if evaluator is None else evaluator
     published = np.array([float(p["published"]) for p in points])
     evaluations = 0
+    scoped = [applicable(unknowns, p) for p in points]
 
     def values_at(u: np.ndarray) -> dict[Unknown, float]:
         return {unk: unk.from_unit(float(x)) for unk, x in zip(unknowns, u, strict=True)}
 
-    scoped = [applicable(unknowns, p) for p in points]
-    runs = {} if runs is None else runs
-
-    def predicted_at(i: int, vals: dict[Unknown, float]) -> float:
-        """Point ``i``'s prediction, run again only when a value in its scope moved: a
-        difference step of one unknown reruns just the points that unknown reaches."""
-        mine = {u: vals[u] for u in scoped[i]}
-        key = (str(points[i]["id"]), *sorted((u.name, int(round(v)) if u.integer else v) for u, v in mine.items()))
-        if key not in runs:
-            runs[key] = predict(points[i], mine, decode_tokens=decode_tokens)
-        return runs[key]
+    def requests(u: np.ndarray) -> list[tuple[Mapping[str, Any], dict[Unknown, float]]]:
+        vals = values_at(u)
+        return [(p, {k: vals[k] for k in mine}) for p, mine in zip(points, scoped, strict=True)]
 
     def residuals(u: np.ndarray) -> np.ndarray:
         nonlocal evaluations
         evaluations += 1
-        vals = values_at(u)
-        predicted = np.array([predicted_at(i, vals) for i in range(len(points))])
+        asked = requests(u)
+        ev.ensure(asked)
+        predicted = np.array([ev.get(p, vals) for p, vals in asked])  # positive: predict() checks
         r = np.log(predicted / published)
         if progress is not None:
             progress(evaluations, float(np.sum(r * r)))
@@ -137,23 +147,37 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
             memo[key] = residuals(np.asarray(u, dtype=float))
         return memo[key]
 
+    def steps(u: np.ndarray) -> list[np.ndarray]:
+        out = []
+        for i, unk in enumerate(unknowns):
+            step = u.copy()
+            step[i] += _step(unk, float(u[i]))
+            out.append(step)
+        return out
+
     def jacobian(u: np.ndarray) -> np.ndarray:
         """Forward differences with an absolute step in unit coordinates (backward near the top
-        bound): scipy's own step is relative to x, which vanishes near the lower bound."""
+        bound): scipy's own step is relative to x, which vanishes near the lower bound. Every
+        column's runs are asked for at once, so they run in parallel."""
+        trials = steps(u)
+        ev.ensure([req for s in [u, *trials] for req in requests(s)])
         r = cached(u)
         jac = np.empty((len(r), len(u)))
-        for i, unk in enumerate(unknowns):
-            h = _step(unk, float(u[i]))
-            step = u.copy()
-            step[i] += h
-            jac[:, i] = (cached(step) - r) / h
+        for i, s in enumerate(trials):
+            jac[:, i] = (cached(s) - r) / (s[i] - u[i])
         return jac
 
-    u0 = np.array([unk.to_unit(float(start[unk.name])) if start and unk.name in start else 0.5 for unk in unknowns])
-    u0 = np.clip(u0, 0.0, 1.0)
-    r0 = cached(u0)
-    sol = least_squares(cached, u0, jac=jacobian, bounds=(0.0, 1.0), max_nfev=max_evals, x_scale=1.0,
-                        method="trf")
+    try:
+        u0 = np.array([unk.to_unit(float(start[unk.name])) if start and unk.name in start else 0.5
+                       for unk in unknowns])
+        u0 = np.clip(u0, 0.0, 1.0)
+        r0 = cached(u0)
+        jac0 = jacobian(u0)
+        sol = least_squares(cached, u0, jac=jacobian, bounds=(0.0, 1.0), max_nfev=max_evals, x_scale=1.0,
+                            method="trf", loss=loss, f_scale=f_scale)
+    finally:
+        if own:
+            ev.close()
     values = values_at(sol.x)
     dof = max(len(points) - len(unknowns), 1)
     s2 = float(np.sum(sol.fun ** 2)) / dof
@@ -172,9 +196,12 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     warnings = [f"{name} ended at its prior's bound: a sign of a missing mechanism, not a value to trust"
                 for name in at_bound]
     ids = [str(p["id"]) for p in points]
+    sensitivity = np.maximum(np.abs(jac0), np.abs(np.asarray(jacobian(sol.x))))
     return FitResult(unknowns, {u.name: v for u, v in values.items()}, sigma, at_bound, ids,
                      dict(zip(ids, sol.fun.tolist(), strict=True)), dict(zip(ids, r0.tolist(), strict=True)),
-                     evaluations, decode_tokens, warnings)
+                     evaluations, decode_tokens, warnings,
+                     {i: {u.name: float(x) for u, x in zip(unknowns, row, strict=True)}
+                      for i, row in zip(ids, sensitivity, strict=True)})
 
 
 def _step(unknown: Unknown, u: float) -> float:

@@ -27,8 +27,12 @@ def calibrate_cmd(
                                      help="Decode tokens per point run (the default run length, as sim validate's)."),
     max_evals: int = typer.Option(200, "--max-evals", help="Evaluations per fit (each runs every point once)."),
     cv_max_evals: int | None = typer.Option(
-        None, "--cv-max-evals", help="Evaluations per cross-validation refit (default: --max-evals); each starts at "
-                                     "the full fit's values, so 2 takes one trust-region step from them."),
+        None, "--cv-max-evals", help="Evaluations per cross-validation refit (default: --max-evals); each starts, "
+                                     "as the full fit, at the priors' centres."),
+    loss: str = typer.Option("linear", "--loss", help="linear: least squares on log(predicted/published); soft_l1: "
+                                                     "robust, a residual beyond 20% weighs less than its square."),
+    workers: int | None = typer.Option(None, "--workers", help="Processes running the points' simulations "
+                                                                "(default: one per core)."),
     no_cv: bool = typer.Option(False, "--no-cv", help="Skip the leave-one-source-group-out refits."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
 ) -> None:
@@ -49,6 +53,15 @@ def calibrate_cmd(
     if cv_max_evals is not None:
         check_int(cv_max_evals, "--cv-max-evals", 1, 100_000)
     check_output(out, "--out", suffixes=(".yaml", ".yml"))
+    from sim.calibrate.evaluator import default_workers
+    from sim.calibrate.fit import LOSSES
+
+    if loss not in LOSSES:
+        from sim.errors import SimError
+
+        raise SimError(f"must be one of {', '.join(LOSSES)}, got {loss!r}", field="--loss")
+    if workers is not None:
+        check_int(workers, "--workers", 1, 256)
     unknowns = select(load_unknowns(), params, "unknown", "--params")
     all_points = load_points()
     if points is None:
@@ -63,9 +76,10 @@ def calibrate_cmd(
     made_by = " ".join(["sim calibrate", *(f"--points '{points}'" for _ in [0] if points),
                         *(f"--params '{params}'" for _ in [0] if params), f"--decode-tokens {decode_tokens}",
                         f"--max-evals {max_evals}", *([f"--cv-max-evals {cv_max_evals}"] if cv_max_evals else []),
-                        *(["--no-cv"] if no_cv else [])])
+                        *([f"--loss {loss}"] if loss != "linear" else []), *(["--no-cv"] if no_cv else [])])
     cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, cv_max_evals=cv_max_evals,
-                          cross_validate=not no_cv, made_by=made_by, progress=progress)
+                          cross_validate=not no_cv, made_by=made_by, loss=loss,
+                          workers=workers or default_workers(), progress=progress)
     mapping = cal.to_mapping()
     if out is not None:
         out.write_text(yaml.safe_dump(mapping, sort_keys=False, width=110, allow_unicode=True), encoding="utf-8")
