@@ -262,13 +262,14 @@ class Machine:
 
     def parallel_time_s(self, weight_bytes: float, ops: float, dtype: str,
                         agents: frozenset[str] = frozenset({"cpu"}), threads: int | None = None,
-                        kernel: str = "dense_gemv") -> float:
+                        kernel: str = "dense_gemv", overhead_s: float = 0.0) -> float:
         """Closed-form time of a phase on the first ``threads`` compute threads (default all),
-        shared exactly as :meth:`cpu_parallel` shares it (for the analytic mode)."""
+        shared exactly as :meth:`cpu_parallel` shares it (for the analytic mode), plus its
+        fixed ``overhead_s``."""
         use = self.threads_by_speed[: threads or len(self.threads)]  # those cpu_parallel would grab
         demands = [cpu_demand_gbps(th.core, weight_bytes, ops, dtype, kernel) for th in use]
         bws = self.dram.cpu_thread_shares(demands, agents)
-        return cpu_parallel_time_s([th.core for th in use], weight_bytes, ops, bws, dtype, kernel)
+        return cpu_parallel_time_s([th.core for th in use], weight_bytes, ops, bws, dtype, kernel) + overhead_s
 
     # -- CPU ---------------------------------------------------------------------------
     def cpu_job(self, name: str, weight_bytes: float, ops: float, dtype: str, kernel: str = "sparse_gemv") -> Event:
@@ -289,16 +290,17 @@ class Machine:
             yield self.free_threads.put(thread)
 
     def cpu_parallel(self, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
-                     kernel: str = "dense_gemv") -> Event:
+                     kernel: str = "dense_gemv", overhead_s: float = 0.0) -> Event:
         """A barrier phase shared by all compute threads (attention, predictor, LM head).
 
         All threads are idle at a phase boundary, so the phase is one event; each thread's
-        busy time is still accounted separately.
+        busy time is still accounted separately. ``overhead_s`` is a fixed time the phase
+        takes beyond its bytes and ops (a framework's per-call dispatch), its threads held.
         """
         pool = self.free_threads
         grabbed = yield from self._take_many(pool, threads or len(self.threads))
         self.active_agents["cpu"] += 1
-        duration = self._barrier_duration(grabbed, weight_bytes, ops, dtype, kernel, self._agents())
+        duration = self._barrier_duration(grabbed, weight_bytes, ops, dtype, kernel, self._agents()) + overhead_s
         start = self.env.now
         self.usage.dram_bytes += weight_bytes
         yield self.env.timeout(duration)
@@ -357,10 +359,10 @@ class Machine:
         return duration
 
     def closed_cpu(self, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
-                   kernel: str = "dense_gemv") -> float:
+                   kernel: str = "dense_gemv", overhead_s: float = 0.0) -> float:
         """:meth:`cpu_parallel` inside a closed stretch: its length, with the same busy time
         and traffic booked."""
-        duration = self.barrier_s(weight_bytes, ops, dtype, threads, kernel)
+        duration = self.barrier_s(weight_bytes, ops, dtype, threads, kernel) + overhead_s
         self.usage.dram_bytes += weight_bytes
         busy = self.usage.busy_s
         for th in self.threads_by_speed[: threads or len(self.threads)]:

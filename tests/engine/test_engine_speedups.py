@@ -69,6 +69,8 @@ def test_fast_paths_change_no_result(config, monkeypatch):
 SERIAL_CONFIGS = {k: v for k, v in CONFIGS.items() if v[2] in ("llm-in-flash", "llamacpp")}
 SERIAL_CONFIGS["llm-in-flash, no window"] = (None, h.TINY_DENSE, "llm-in-flash",
                                              {"offload": 0.7, "knobs": {"window_k": 0}})
+SERIAL_CONFIGS["llm-in-flash, per-row move overhead"] = (None, h.TINY_MOE, "llm-in-flash",
+                                                        {"offload": 0.5, "knobs": {"row_move_overhead_us": 2.0}})
 
 
 @pytest.mark.parametrize("config", sorted(SERIAL_CONFIGS))

@@ -11,6 +11,7 @@ import itertools
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import simpy
 import yaml
@@ -218,6 +219,65 @@ def test_memory_management_follows_churn(tiny):
     assert phase(one, "memory_management_s").mean() > phase(busy, "memory_management_s").mean()
 
 
+def moves_per_token(monkeypatch, model: str, trace: Trace, knobs: dict, **kw) -> tuple[np.ndarray, object]:
+    """A run and the rows its memory management moved (inserted + evicted) in each decode token."""
+    moved: dict[int, int] = {}
+    plan = lif.LlmInFlash._layer_plan
+
+    def spy(self, work, t, stats):
+        out = plan(self, work, t, stats)
+        moved[t] = moved.get(t, 0) + out[2]
+        return out
+
+    monkeypatch.setattr(lif.LlmInFlash, "_layer_plan", spy)
+    result = run(model, trace, knobs, **kw)
+    monkeypatch.undo()
+    n = len(result.tokens)
+    return np.array([moved[t] for t in sorted(moved)[-n:]], dtype=float), result  # the last n: decode
+
+
+@pytest.mark.parametrize("mode", ["des", "analytic"])
+def test_row_move_overhead_adds_moved_times_overhead_to_memory_management(tiny, monkeypatch, mode):
+    trace = locality_trace(20, active=400, churn=0.3, fp=100)
+    moved, base = moves_per_token(monkeypatch, tiny, trace, {}, mode=mode)
+    again, paid = moves_per_token(monkeypatch, tiny, trace, {"row_move_overhead_us": 2.0}, mode=mode)
+    np.testing.assert_array_equal(moved, again)
+    assert moved.min() > 0
+    extra = phase(paid, "memory_management_s") - phase(base, "memory_management_s")
+    np.testing.assert_allclose(extra, moved * 2e-6, rtol=1e-9)
+    np.testing.assert_allclose(paid.tokens["latency_s"] - base.tokens["latency_s"], moved * 2e-6, rtol=1e-6)
+    for other in ("attention_s", "predictor_s", "io_s", "ffn_s", "lm_head_s"):
+        np.testing.assert_allclose(phase(paid, other), phase(base, other), rtol=1e-9)
+
+
+def test_row_move_overhead_of_zero_is_the_default(tiny):
+    trace = locality_trace(20, active=400, churn=0.3, fp=100)
+    for mode in ("des", "analytic"):
+        default = run(tiny, trace, mode=mode)
+        zero = run(tiny, trace, {"row_move_overhead_us": 0.0}, mode=mode)
+        pd.testing.assert_frame_equal(default.tokens, zero.tokens, check_exact=True)
+
+
+def test_row_move_overhead_keeps_des_and_analytic_equal(tiny):
+    trace = locality_trace(20, active=400, churn=0.3, fp=100)
+    knobs = {"row_move_overhead_us": 3.0}
+    des = run(tiny, trace, knobs)
+    ana = run(tiny, trace, knobs, mode="analytic")
+    np.testing.assert_allclose(des.tokens["latency_s"], ana.tokens["latency_s"], rtol=1e-9)
+    np.testing.assert_allclose(phase(des, "memory_management_s"), phase(ana, "memory_management_s"), rtol=1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(low=st.floats(0.0, 50.0), step=st.floats(0.0, 50.0), churn=st.sampled_from([0.0, 0.1, 0.5]),
+       mode=st.sampled_from(["des", "analytic"]))
+def test_memory_management_never_falls_as_the_row_move_overhead_rises(tiny, low, step, churn, mode):
+    trace = locality_trace(14, active=300, churn=churn, fp=50)
+    a = run(tiny, trace, {"row_move_overhead_us": low}, decode_tokens=8, mode=mode)
+    b = run(tiny, trace, {"row_move_overhead_us": low + step}, decode_tokens=8, mode=mode)
+    assert (phase(b, "memory_management_s") >= phase(a, "memory_management_s")).all()
+    assert (b.tokens["latency_s"] >= a.tokens["latency_s"] * (1 - 1e-12)).all()
+
+
 def test_a_budget_holding_the_whole_ffn_reads_nothing(tiny):
     trace = locality_trace(20, active=400, churn=0.3, fp=100)
     inmem = run(tiny, trace, offload=0.0)
@@ -252,7 +312,8 @@ def test_predictor_cost_is_charged_only_with_the_predictor(tiny):
     assert with_pred.summary["memory"].get("predictors", 0) > 0  # [FLASH]: the predictor lives in DRAM
 
 
-@pytest.mark.parametrize("knobs", [{"window_k": -1}, {"io_threads": 4}, {"compute_rows": "all"}])
+@pytest.mark.parametrize("knobs", [{"window_k": -1}, {"io_threads": 4}, {"compute_rows": "all"},
+                                   {"row_move_overhead_us": -1.0}])
 def test_bad_knobs_are_one_line_errors(tiny, knobs):
     with pytest.raises(SimError):
         run(tiny, locality_trace(20, active=40, churn=0.1), knobs)

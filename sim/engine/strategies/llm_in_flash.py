@@ -12,7 +12,9 @@ Decode, per layer, strictly one step after another (no I/O-compute overlap) [FLA
    [FLASH §3.2]) or as one read per matrix;
 4. memory management [FLASH §3.3]: each layer's neurons live in a preallocated matrix;
    a new neuron's row is copied in and a dropped neuron's slot is filled by copying the
-   last row into it. Those bytes move at the CPU's copy bandwidth (read + write);
+   last row into it. Those bytes move at the CPU's copy bandwidth (read + write), and each
+   row moved in or out costs the implementation a fixed ``row_move_overhead_us`` on top
+   (a framework call per move; 0 by default);
 5. the FFN multiplies the layer's matrix: all rows it holds (the window's neurons) by
    default, since the matrix is kept compact precisely so the product stays dense.
 
@@ -96,6 +98,13 @@ class LlmInFlashKnobs(Knobs):
     # None: assumed, [FLASH] runs on PyTorch, whose copy kernels use the intra-op thread pool
     memcpy_threads: int | None = Field(None, ge=1, le=1024, description="threads copying rows into the preallocated "
                                                                "matrix (default: every compute thread)")
+    # 0: a native implementation ([PI2]'s port) is not known to pay it; Apple's PyTorch program
+    # does (validation/unknowns.yaml: m1-pytorch-row-move-us)
+    row_move_overhead_us: float = Field(
+        0.0, ge=0, le=1e4, description="the implementation's fixed cost per row moved into or out of the "
+                                       "preallocated matrix, in microseconds ([FLASH §3.3]: each insert or "
+                                       "delete is a framework call, e.g. an eager PyTorch op's dispatch), paid "
+                                       "serially on top of the copied bytes")
     dense_read_block_bytes: int | None = Field(
         None, ge=4096, description="request size of whole-layer reads (default: the largest block the profile "
                                    "measured)")
@@ -229,9 +238,9 @@ class LlmInFlash(Strategy):
         if loaded:
             steps.append(read("io_s", "neuron-read", loaded * self.reads_per_neuron, self.read_block,
                               span_bytes=self.span_bytes))
-        if moved:  # memcpy: every byte is read once and written once
+        if moved:  # memcpy: every byte is read once and written once; each row move is one call
             steps.append(cpu("memory_management_s", "memory-management", 2 * moved * self.row_bytes, 0, dtype,
-                             threads=k.memcpy_threads))
+                             threads=k.memcpy_threads, overhead_s=moved * k.row_move_overhead_us * 1e-6))
         # The compact matrix is one dense product; predicted rows picked out of resident
         # weights are a gathered (sparse) product (see `gathers` for a unit that has none).
         dense = k.compute_rows == "window" and not self.all_resident

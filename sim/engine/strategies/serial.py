@@ -24,7 +24,14 @@ from sim.profiles.device import DeviceProfile
 @dataclass(frozen=True)
 class Step:
     """One CPU phase (``kind="cpu"``), one accelerator call (``kind="accel"`` on ``unit``, a
-    batch of ``batch`` rows) or one batch of flash reads (``kind="read"``)."""
+    batch of ``batch`` rows) or one batch of flash reads (``kind="read"``).
+
+    ``overhead_s`` (CPU steps only) is the time the step takes beyond its bytes and ops: a
+    framework's fixed per-call cost (eager PyTorch's op dispatch, say) summed over the calls
+    the step stands for. It is paid serially, the step's threads held (and counted busy)
+    meanwhile, so it adds exactly ``overhead_s`` to the step's length in both the
+    discrete-event replay and the analytic sum.
+    """
 
     phase: str  # per-token column it is charged to, e.g. "io_s"
     kind: str
@@ -40,17 +47,23 @@ class Step:
     span_bytes: int | None = None
     unit: str = "cpu"  # "npu" or "gpu" for an accelerator call
     batch: int = 1
+    overhead_s: float = 0.0  # fixed time beyond bytes and ops (a CPU step's per-call dispatch, serial)
+
+    def __post_init__(self) -> None:
+        if self.overhead_s and self.kind != "cpu":
+            raise ValueError(f"only a CPU step carries an overhead, not a {self.kind!r} step")
 
     @property
     def empty(self) -> bool:
         if self.kind == "read":
             return self.n_requests <= 0
-        return self.weight_bytes <= 0 and self.ops <= 0
+        return self.weight_bytes <= 0 and self.ops <= 0 and self.overhead_s <= 0
 
 
 def cpu(phase: str, name: str, weight_bytes: float, ops: float, dtype: str, threads: int | None = None,
-        kernel: str = "dense_gemv") -> Step:
-    return Step(phase, "cpu", name, weight_bytes=weight_bytes, ops=ops, dtype=dtype, threads=threads, kernel=kernel)
+        kernel: str = "dense_gemv", overhead_s: float = 0.0) -> Step:
+    return Step(phase, "cpu", name, weight_bytes=weight_bytes, ops=ops, dtype=dtype, threads=threads, kernel=kernel,
+                overhead_s=overhead_s)
 
 
 def compute(unit: str, phase: str, name: str, weight_bytes: float, ops: float, dtype: str, *, batch: int = 1,
@@ -97,7 +110,7 @@ def run_steps(m: Machine, steps: list[Step], stats: TokenStats) -> Event:
             t0 = now
             if step.kind == "cpu":
                 now = now + m.closed_cpu(step.weight_bytes, step.ops, step.dtype, threads=step.threads,
-                                         kernel=step.kernel)
+                                         kernel=step.kernel, overhead_s=step.overhead_s)
             elif step.kind == "accel":
                 now = m.closed_accel(now, step.unit, step.weight_bytes, step.ops, step.dtype, batch=step.batch)
             else:
@@ -114,7 +127,7 @@ def run_steps(m: Machine, steps: list[Step], stats: TokenStats) -> Event:
         t0 = env.now
         if step.kind == "cpu":
             yield from m.cpu_parallel(step.name, step.weight_bytes, step.ops, step.dtype, threads=step.threads,
-                                      kernel=step.kernel)
+                                      kernel=step.kernel, overhead_s=step.overhead_s)
         elif step.kind == "accel":
             yield from m.accel_job(step.unit, step.name, step.weight_bytes, step.ops, step.dtype, batch=step.batch)
         else:
@@ -134,7 +147,7 @@ def steps_time_s(m: Machine, steps: list[Step], stats: TokenStats) -> float:
             continue
         if step.kind == "cpu":
             seconds = m.parallel_time_s(step.weight_bytes, step.ops, step.dtype, cpu_agents, threads=step.threads,
-                                        kernel=step.kernel)
+                                        kernel=step.kernel, overhead_s=step.overhead_s)
         elif step.kind == "accel":
             seconds = m.accel_time_s(step.unit, step.weight_bytes, step.ops, step.dtype, frozenset({step.unit}),
                                      batch=step.batch)
