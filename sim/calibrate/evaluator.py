@@ -37,6 +37,10 @@ def _predict(point: Mapping[str, Any], values: Mapping[Unknown, float], decode_t
     return predict(point, values, decode_tokens=decode_tokens)
 
 
+def _predict_many(jobs: list[tuple[Mapping[str, Any], Mapping[Unknown, float]]], decode_tokens: int) -> list[float]:
+    return [_predict(point, values, decode_tokens) for point, values in jobs]
+
+
 class Evaluator:
     """Memoised predictions of points, computed by ``workers`` processes (1: in this process).
 
@@ -89,10 +93,22 @@ class Evaluator:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.workers,
                                              mp_context=multiprocessing.get_context("spawn"))
-        futures = {k: self._pool.submit(_predict, dict(point), dict(values), self.decode_tokens)
-                   for k, (point, values) in due.items()}
-        for k, future in futures.items():
-            self.runs[k] = future.result()  # a SimError in a worker is raised here, as in-process
+        # Jobs that read the same edited trace (same model and trace-preset values) go to one
+        # worker, which makes it once and keeps it in memory; the longest batches start first.
+        batches: dict[tuple, list[Key]] = {}
+        for k, (point, values) in due.items():
+            batches.setdefault(self._trace_key(point, values), []).append(k)
+        order = sorted(batches.values(), key=len, reverse=True)
+        futures = [(keys, self._pool.submit(_predict_many, [(dict(due[k][0]), dict(due[k][1])) for k in keys],
+                                            self.decode_tokens)) for keys in order]
+        for keys, future in futures:
+            for k, value in zip(keys, future.result(), strict=True):  # a worker's SimError is raised here
+                self.runs[k] = value
+
+    @staticmethod
+    def _trace_key(point: Mapping[str, Any], values: Mapping[Unknown, float]) -> tuple:
+        preset = sorted((u.name, float(v)) for u, v in values.items() if u.kind == "preset")
+        return (point.get("model"), point.get("preset"), *preset) if preset else ("own", str(point["id"]))
 
     def get(self, point: Mapping[str, Any], values: Mapping[Unknown, float]) -> float:
         k = self.key(point, values)
