@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 from sim.calibrate.calibration import calibrate, load_calibration
+from sim.calibrate.evaluator import default_workers
 from sim.calibrate.fit import predict
 from sim.validation import load_points
 
@@ -28,14 +29,19 @@ def main() -> None:
     points = [p for p in load_points() if str(p["id"]) in committed.points]
     decode_tokens = int(committed.meta.get("decode_tokens", 32))
     max_evals = int(committed.meta.get("max_evals", 4))
+    cv_max_evals = int(committed.meta.get("cv_max_evals", max_evals))
+    loss = str(committed.meta.get("loss", "linear"))
+    workers = default_workers()
     start = time.perf_counter()
     for p in points:  # baseline: every point once, uncalibrated
         predict(p, {}, decode_tokens=decode_tokens)
     one_pass = time.perf_counter() - start
     start = time.perf_counter()
-    cal, full = calibrate(points, committed.unknowns, decode_tokens=decode_tokens, max_evals=max_evals)
+    cal, full = calibrate(points, committed.unknowns, decode_tokens=decode_tokens, max_evals=max_evals,
+                          cv_max_evals=cv_max_evals, loss=loss, workers=workers)
     elapsed = time.perf_counter() - start
-    print(f"default calibration: {elapsed:.0f} s ({elapsed / 60:.1f} min; target {TARGET_S / 60:.0f} min), "
+    print(f"default calibration ({workers} worker processes, {decode_tokens} decode tokens, loss {loss}): "
+          f"{elapsed:.0f} s ({elapsed / 60:.1f} min; target {TARGET_S / 60:.0f} min), "
           f"{full.evaluations} evaluations of the full fit, {len(cal.folds)} cross-validation folds")
     print(f"one pass over the {len(points)} points: {one_pass:.1f} s; the calibration cost "
           f"{elapsed / one_pass:.0f} such passes")
