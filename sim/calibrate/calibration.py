@@ -85,43 +85,58 @@ def _num(x: float) -> float | None:
 def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
               max_evals: int = 200, cross_validate: bool = True, made_by: str = "sim calibrate",
               cv_max_evals: int | None = None, loss: str = "linear", workers: int = 1,
+              start: Mapping[str, float] | None = None,
               progress: Callable[[str, int, float], None] | None = None) -> tuple[Calibration, FitResult]:
     """Fit on every point, then refit once per source group held out (leave-one-group-out).
 
-    A fold refits, from the priors' centres as the full fit does, the unknowns that move one
-    of its kept points (by the full fit's sensitivities; an unknown in a kept point's scope
-    that does not change its prediction, such as a compute efficiency on an I/O-only figure,
-    does not count). Starting a fold at the full fit's values, or keeping there an unknown
-    its points cannot move, would carry the held-out group's information into its own
-    prediction. Unknowns no kept point moves, and, if the half-rule would be broken, those
-    that move the fewest, stay at the prior's centre (``meta.fold_notes`` says which).
-    Returns the calibration and the full fit.
+    ``start`` (names to values) is where the full fit's search begins (the priors' centres
+    otherwise). A fold works from the full fit's sensitivities (which unknowns move which
+    points):
+
+    - an unknown the held-out group does not move keeps the full fit's value, which no point
+      of the group informed;
+    - an unknown the group moves is refitted on the kept points, from its prior's centre (a
+      fold started at the full fit's value would keep, wherever the kept points leave it
+      free, what the held-out group taught it);
+    - one the group moves but no kept point does stays at its prior's centre, as do those
+      that move the fewest kept points if the half-rule would be broken
+      (``meta.fold_notes`` names them).
+
+    Holding the rest fixed is the approximation: they were fitted beside values the group
+    informed, a second-order effect. Returns the calibration and the full fit.
     """
     check_fit(points, unknowns)
     with Evaluator(decode_tokens, workers=workers) as ev:  # predictions shared by the full fit and its folds
         full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, evaluator=ev, loss=loss,
-                   progress=(lambda n, c: progress("all points", n, c)) if progress else None)
+                   start=start, progress=(lambda n, c: progress("all points", n, c)) if progress else None)
+
+        def moves(p: Mapping[str, Any], u: Unknown) -> bool:
+            return full.sensitivity.get(str(p["id"]), {}).get(u.name, 0.0) > SENSITIVE
+
         folds: dict[str, dict[str, float]] = {}
         notes: dict[str, str] = {}
         if cross_validate:
             for group in sorted({source_group(p) for p in points}):
+                held = [p for p in points if source_group(p) == group]
                 kept = [p for p in points if source_group(p) != group]
-                moved = {u.name: sum(1 for p in kept if full.sensitivity.get(str(p["id"]), {}).get(u.name, 0.0)
-                                     > SENSITIVE) for u in unknowns}
-                free = sorted((u for u in unknowns if moved[u.name] > 0), key=lambda u: -moved[u.name])
+                informed = [u for u in unknowns if any(moves(p, u) for p in held)]
+                reach = {u.name: sum(1 for p in kept if moves(p, u)) for u in informed}
+                free = sorted((u for u in informed if reach[u.name] > 0), key=lambda u: -reach[u.name])
                 while free and 2 * len(free) > len(kept):
                     free.pop()
-                fixed = [u.name for u in unknowns if u not in free]
+                fixed = [u.name for u in informed if u not in free]
                 if fixed:
                     notes[group] = (f"without {group}, {', '.join(fixed)} move{'s' if len(fixed) == 1 else ''} too "
                                     "few of the other points to refit: kept at the prior's centre")
-                vals = {u.name: u.midpoint for u in unknowns if u not in free}
+                vals = {u.name: full.values[u.name] for u in unknowns if u not in informed}
+                vals.update({u.name: u.midpoint for u in informed if u not in free})
                 if free:
+                    held_fixed = {u: vals[u.name] for u in unknowns if u not in free}
                     sub = fit(kept, free, decode_tokens=decode_tokens, max_evals=cv_max_evals or max_evals,
-                              evaluator=ev, loss=loss,
+                              evaluator=ev, loss=loss, fixed=held_fixed,
                               progress=(lambda n, c, g=group: progress(f"without {g}", n, c)) if progress else None)
                     vals.update(sub.values)
-                folds[group] = vals
+                folds[group] = {u.name: vals[u.name] for u in unknowns}
     meta = {"made_by": made_by, "code_version": _code_version(), "date": today(),
             "decode_tokens": decode_tokens, "max_evals": max_evals,
             "cv_max_evals": cv_max_evals or max_evals, "loss": loss, "evaluations": full.evaluations,

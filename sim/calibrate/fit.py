@@ -99,7 +99,8 @@ def check_fit(points: list[Mapping[str, Any]], unknowns: list[Unknown]) -> None:
 def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_tokens: int = 64,
         max_evals: int = 200, start: Mapping[str, float] | None = None,
         progress: Callable[[int, float], None] | None = None, runs: dict[tuple, float] | None = None,
-        evaluator: Evaluator | None = None, loss: str = "linear", f_scale: float = ROBUST_SCALE) -> FitResult:
+        evaluator: Evaluator | None = None, loss: str = "linear", f_scale: float = ROBUST_SCALE,
+        fixed: Mapping[Unknown, float] | None = None) -> FitResult:
     """Fit ``unknowns`` to ``points`` (published.yaml entries) and return the estimate.
 
     Predictions go through ``evaluator`` (memoised by point and the values in its scope, run
@@ -108,7 +109,8 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     otherwise. ``loss`` is scipy's: ``linear`` is plain least squares; ``soft_l1`` weighs a
     residual beyond ``f_scale`` (in log units) less than its square, so one point whose gap no
     value can close (a missing mechanism, which the result still reports) cannot drag every
-    value towards its bound.
+    value towards its bound. ``fixed``: other unknowns' values, applied to the points they
+    reach but not fitted (a cross-validation fold's).
     """
     from scipy.optimize import least_squares
 
@@ -119,13 +121,17 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     ev = Evaluator(decode_tokens, runs=runs) if evaluator is None else evaluator
     published = np.array([float(p["published"]) for p in points])
     evaluations = 0
-    scoped = [applicable(unknowns, p) for p in points]
+    held = dict(fixed or {})
+    scoped = [applicable([*unknowns, *held], p) for p in points]
 
     def values_at(u: np.ndarray) -> dict[Unknown, float]:
         return {unk: unk.from_unit(float(x)) for unk, x in zip(unknowns, u, strict=True)}
 
+    def all_values(u: np.ndarray) -> dict[Unknown, float]:
+        return {**held, **values_at(u)}
+
     def requests(u: np.ndarray) -> list[tuple[Mapping[str, Any], dict[Unknown, float]]]:
-        vals = values_at(u)
+        vals = all_values(u)
         return [(p, {k: vals[k] for k in mine}) for p, mine in zip(points, scoped, strict=True)]
 
     def residuals(u: np.ndarray) -> np.ndarray:

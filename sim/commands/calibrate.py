@@ -33,6 +33,9 @@ def calibrate_cmd(
                                                      "robust, a residual beyond 20% weighs less than its square."),
     workers: int | None = typer.Option(None, "--workers", help="Processes running the points' simulations "
                                                                 "(default: one per core)."),
+    start: Path | None = typer.Option(None, "--start", help="A calibration file whose values start the full fit "
+                                                            "(default: the priors' centres); folds start at the "
+                                                            "priors' centres whatever this says."),
     no_cv: bool = typer.Option(False, "--no-cv", help="Skip the leave-one-source-group-out refits."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
 ) -> None:
@@ -63,6 +66,11 @@ def calibrate_cmd(
     if workers is not None:
         check_int(workers, "--workers", 1, 256)
     unknowns = select(load_unknowns(), params, "unknown", "--params")
+    start_values = None
+    if start is not None:
+        from sim.calibrate.calibration import load_calibration
+
+        start_values = load_calibration(start).values
     all_points = load_points()
     if points is None:
         chosen = [p for p in all_points if p.get("modelled") is not False and applicable(unknowns, p)]
@@ -79,7 +87,7 @@ def calibrate_cmd(
                         *([f"--loss {loss}"] if loss != "linear" else []), *(["--no-cv"] if no_cv else [])])
     cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, cv_max_evals=cv_max_evals,
                           cross_validate=not no_cv, made_by=made_by, loss=loss,
-                          workers=workers or default_workers(), progress=progress)
+                          workers=workers or default_workers(), start=start_values, progress=progress)
     mapping = cal.to_mapping()
     if out is not None:
         out.write_text(yaml.safe_dump(mapping, sort_keys=False, width=110, allow_unicode=True), encoding="utf-8")
