@@ -84,7 +84,8 @@ def calibrate_cmd(
     made_by = " ".join(["sim calibrate", *(f"--points '{points}'" for _ in [0] if points),
                         *(f"--params '{params}'" for _ in [0] if params), f"--decode-tokens {decode_tokens}",
                         f"--max-evals {max_evals}", *([f"--cv-max-evals {cv_max_evals}"] if cv_max_evals else []),
-                        *([f"--loss {loss}"] if loss != "linear" else []), *(["--no-cv"] if no_cv else [])])
+                        *([f"--loss {loss}"] if loss != "linear" else []), *([f"--start {start}"] if start else []),
+                        *(["--no-cv"] if no_cv else [])])
     cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, cv_max_evals=cv_max_evals,
                           cross_validate=not no_cv, made_by=made_by, loss=loss,
                           workers=workers or default_workers(), start=start_values, progress=progress)
