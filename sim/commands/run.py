@@ -298,8 +298,8 @@ def length_text(s: dict[str, Any]) -> str:
     n = s.get("config", {}).get("decode_tokens")
     auto = s.get("decode_tokens_auto")
     if auto:
-        return (f"decode tokens: {n} (auto: {auto['replications']} replications on seeds "
-                f"{auto['seeds'][0]}-{auto['seeds'][-1]} until the 95% interval's half-width is within "
+        return (f"decode tokens: {n} (auto: {auto['replications']} replications, on seed {auto['seeds'][0]} and "
+                f"seeds drawn from it, until the 95% interval's half-width is within "
                 f"{auto['target_half_width']:.0%}, at most {auto['max_replications']}; the figures below "
                 f"decode_tokens_per_s are seed {auto['seeds'][0]}'s)")
     return f"decode tokens: {n}"
