@@ -85,3 +85,14 @@ def test_the_default_trajectories_follow_what_an_evaluation_costs():
     assert splits("powerinfer2") and not any(splits(s) for s in ("llm-in-flash", "llamacpp", "dense"))
     assert default_trajectories(SimpleNamespace(strategy="powerinfer2")) == SPLIT_TRAJECTORIES == 1000
     assert default_trajectories(SimpleNamespace(strategy="llm-in-flash")) == WHOLE_TRAJECTORIES
+
+
+def test_compare_quotes_the_prediction_interval_sim_run_prints(capsys):
+    """One configuration, one interval: compare samples as many draws as sim run by default."""
+    assert main(["run", *SMALL, "--uncertainty", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert main(["compare", "--devices", "oneplus-12,pixel-8-pro", *SMALL, "--uncertainty", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["device"] == "oneplus-12"
+    assert row["decode_tokens_per_s"] == run["decode_tokens_per_s"]
+    assert row["decode_tokens_per_s_interval"] == run["decode_tokens_per_s_interval"]
