@@ -18,8 +18,8 @@ sampler seeds gave the same top three 22% of the time (resampled from 1,024 eval
 trajectories), at 256 84%. Where the analytic mode is split (:func:`~sim.engine.reevaluate.splits`:
 PowerInfer-2) an evaluation that changes only device speeds costs milliseconds and the
 dearer inputs take :data:`LEVELS` values each, evaluated once per combination
-(:func:`evaluation_order`), so :data:`SPLIT_TRAJECTORIES` are affordable (about 2 minutes for
-the default run on this 2-core machine); elsewhere every evaluation is a whole analytic run
+(:func:`evaluation_order`), so :data:`SPLIT_TRAJECTORIES` are affordable (138-144 s for the
+default run on a shared 2-core machine, load 2.4-3.3); elsewhere every evaluation is a whole analytic run
 and :data:`WHOLE_TRAJECTORIES` is what fits in minutes. Neighbours in the ranking whose
 ``mu_star`` intervals overlap are flagged (``tied_with_next``): their order is not resolved.
 """
