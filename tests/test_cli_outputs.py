@@ -405,3 +405,16 @@ def test_options_that_change_nothing_say_so(tmp_path, capsys):
     assert any("dense strategy computes every weight" in w for w in _strict_json(capsys.readouterr().out)["warnings"])
     assert main(dense) == 0
     assert not _strict_json(capsys.readouterr().out)["warnings"]
+
+
+def test_a_calibrated_runs_seed_draws_its_trace_and_is_not_said_to_change_nothing(capsys):
+    """A calibrated run replays a trace generated from its edited preset with its own seed: the
+    seed changes the activations (and the figures), so the --trace warning does not apply."""
+    run = ["run", "--model", "turbosparse-mistral-7b", "--memory-budget", "3GB", "--decode-tokens", "4", "--json"]
+    out = {}
+    for seed in ("0", "5"):
+        assert main([*run, "--seed", seed]) == 0
+        out[seed] = _strict_json(capsys.readouterr().out)
+        assert out[seed]["calibration"] != "none"
+        assert not any("changes nothing" in w for w in out[seed]["warnings"])
+    assert out["0"]["decode_tokens_per_s"] != out["5"]["decode_tokens_per_s"]

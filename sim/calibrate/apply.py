@@ -10,6 +10,7 @@ OS, so one number serves every run it describes.
 from __future__ import annotations
 
 import copy
+import json
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
@@ -20,6 +21,10 @@ from sim.errors import SimError
 # Traces generated from edited presets, kept while a fit evaluates the same values on many points.
 _TRACES: OrderedDict[tuple, Any] = OrderedDict()
 TRACE_CACHE = 4
+# Presets as read (a bundled file by its size and time, a derived one by its model profile): reading
+# and writing their YAML cost more than the evaluation they serve (sim sensitivity's thousands).
+_PRESETS: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
+PRESET_CACHE = 8
 
 
 def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
@@ -85,24 +90,24 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     from sim.engine.trace_replay import replayable
     from sim.profiles.edits import apply_path
     from sim.profiles.registry import load_model
-    from sim.traces.derived import preset_for
     from sim.traces.params import SynthDims, params_from_mapping
     from sim.traces.store import stored_synth_trace
 
     profile = load_model(model)
     name = point.get("preset") or profile.name
     try:
-        raw = copy.deepcopy(preset_for(name, profile).raw)
+        raw = _preset_raw(name, profile)
     except SimError as exc:
         raise SimError(f"has no trace preset to calibrate: {exc.detail}", source=str(point.get("id")),
                        field="preset") from None
     for path, value in edits.items():
         apply_path(raw, path, value, where=f"preset.{path}")
-    params = params_from_mapping(raw, f"{name} (calibrated)")
     n_tokens = DEFAULT_PROFILE_TOKENS + warmup_tokens + decode_tokens
     dims = SynthDims.from_model(profile)
-    key = (params.to_yaml(), dims, n_tokens, seed)
+    # the edited mapping names the parameters (they are a function of it)
+    key = (json.dumps(raw, sort_keys=True, default=repr), dims, n_tokens, seed)
     if key not in _TRACES:
+        params = params_from_mapping(raw, f"{name} (calibrated)")
         # from the trace store (made once across runs and a sweep's workers), its chunks kept in memory: a
         # lazy generated trace would be generated again by every run that reads it
         _TRACES[key] = replayable(stored_synth_trace(params, dims, n_tokens, seed, chunk_tokens=32),
@@ -111,6 +116,26 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
             _TRACES.popitem(last=False)
     _TRACES.move_to_end(key)
     return {"trace": _TRACES[key], "preset": None, "profile_tokens": DEFAULT_PROFILE_TOKENS}
+
+
+def _preset_raw(name: str, profile: Any) -> dict[str, Any]:
+    """A copy of the mapping of the preset ``name`` for ``profile`` (:func:`~sim.traces.derived.preset_for`)."""
+    from sim.traces.derived import preset_for
+    from sim.traces.params import PRESET_DIR
+
+    path = PRESET_DIR / f"{name}.yaml"
+    try:
+        stat = path.stat()
+        source: Any = (str(path), stat.st_mtime_ns, stat.st_size)
+    except OSError:  # not a bundled file: derived from the profile
+        source = profile.model_dump_json()
+    key = (name, source)
+    if key not in _PRESETS:
+        _PRESETS[key] = preset_for(name, profile).raw
+        while len(_PRESETS) > PRESET_CACHE:
+            _PRESETS.popitem(last=False)
+    _PRESETS.move_to_end(key)
+    return copy.deepcopy(_PRESETS[key])
 
 
 def run_facts(config: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import typer
 
 from sim.commands import run as run_cmd
 from sim.commands.run_options import with_run_options
+from sim.explore.uncertainty import DEFAULT_SAMPLES
 
 
 def register(app: typer.Typer) -> None:
@@ -34,7 +35,7 @@ def compare(
                                             help="Calibrations to compare (files, or none), comma-separated."),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="As in sim run; applied to every run."),
     uncertainty: bool = typer.Option(False, "--uncertainty", help="Add each run's 90% prediction interval."),
-    samples: int = typer.Option(16, "--samples", help="Samples per run for --uncertainty."),
+    samples: int = typer.Option(DEFAULT_SAMPLES, "--samples", help="Samples per run for --uncertainty (as sim run's)."),
     json_out: bool = typer.Option(False, "--json", help="Print the rows as JSON."),
     **options: Any,
 ) -> None:

@@ -15,6 +15,7 @@ from rich.table import Table
 from sim.commands.run_options import with_run_options
 from sim.commands.settings import own_preset, parse_sets
 from sim.errors import SimError
+from sim.explore.uncertainty import DEFAULT_SAMPLES
 from sim.profiles.edits import PROFILE_PREFIXES, apply_overrides
 
 
@@ -109,7 +110,7 @@ def run(
     uncertainty: bool = typer.Option(
         False, "--uncertainty", help="Sample the calibrated unknowns' uncertainty (their prior ranges on a device or "
                                      "model no published point covers) and print the median and 90% interval."),
-    samples: int = typer.Option(24, "--samples", help="Samples for --uncertainty (analytic evaluations)."),
+    samples: int = typer.Option(DEFAULT_SAMPLES, "--samples", help="Samples for --uncertainty (analytic evaluations)."),
     **options: Any,
 ) -> None:
     """Simulate prefill and decode of a model on a device; print tokens/s and a breakdown."""
@@ -298,8 +299,8 @@ def length_text(s: dict[str, Any]) -> str:
     n = s.get("config", {}).get("decode_tokens")
     auto = s.get("decode_tokens_auto")
     if auto:
-        return (f"decode tokens: {n} (auto: {auto['replications']} replications on seeds "
-                f"{auto['seeds'][0]}-{auto['seeds'][-1]} until the 95% interval's half-width is within "
+        return (f"decode tokens: {n} (auto: {auto['replications']} replications, on seed {auto['seeds'][0]} and "
+                f"seeds drawn from it, until the 95% interval's half-width is within "
                 f"{auto['target_half_width']:.0%}, at most {auto['max_replications']}; the figures below "
                 f"decode_tokens_per_s are seed {auto['seeds'][0]}'s)")
     return f"decode tokens: {n}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,10 @@ def register(app: typer.Typer) -> None:
 def sensitivity(
     params: str | None = typer.Option(None, "--params", help="Inputs to screen (names or globs, comma-separated; "
                                       "default: the calibrated unknowns reaching the run and the profile fields)."),
-    trajectories: int = typer.Option(8, "--trajectories", help="Morris trajectories (evaluations: N x (inputs+1))."),
+    trajectories: int | None = typer.Option(
+        None, "--trajectories", help="Morris trajectories (evaluations: N x (inputs+1)); default 1000 where the "
+                                     "analytic re-evaluation is split (powerinfer2: milliseconds an evaluation), "
+                                     "else 8."),
     sampler_seed: int = typer.Option(0, "--sampler-seed", help="Seed of the Morris sampler."),
     sets: list[str] = typer.Option([], "--set", metavar="KEY=VALUE", help="As in sim run."),
     calibration: str | None = typer.Option(None, "--calibration", help="As in sim run."),
@@ -32,12 +36,15 @@ def sensitivity(
     from rich.table import Table
 
     from sim.checks import check_int
-    from sim.explore.sensitivity import morris
+    from sim.explore.sensitivity import default_trajectories, morris
     from sim.outputs import PLOT_SUFFIXES, check_output, json_text
 
-    check_int(trajectories, "--trajectories", 2, 1000)
+    if trajectories is not None:
+        check_int(trajectories, "--trajectories", 2, 1000)
     check_output(plot, "--plot", suffixes=PLOT_SUFFIXES, inputs=run_cmd.input_files(**options, plan=None))
     request = run_cmd.run_request(plan=None, sets=sets, calibration=calibration, **options)
+    if trajectories is None:
+        trajectories = default_trajectories(request.uncalibrated)
     with request.knob_errors():
         rows = morris(request.uncalibrated, request.applied, selection=params, trajectories=trajectories,
                       seed=sampler_seed, user_paths=request.user_paths)
@@ -64,5 +71,10 @@ def sensitivity(
         table.add_row(str(i), r["input"], r["kind"], f"{r['mu_star']:.3g} ± {r['mu_star_conf']:.2g}",
                       f"{r['mu']:.3g}", f"{r['sigma']:.3g}")
     Console().print(table)
+    for i, (r, nxt) in enumerate(itertools.pairwise(rows), 1):
+        if r["tied_with_next"] and i <= 3:  # the top three's order is what a reader takes away
+            print(f"ranks {i} and {i + 1} are not resolved at {trajectories} trajectories: {r['input']} "
+                  f"{r['mu_star']:.3g} ± {r['mu_star_conf']:.2g} and {nxt['input']} {nxt['mu_star']:.3g} ± "
+                  f"{nxt['mu_star_conf']:.2g} overlap (read them as tied; more --trajectories separate them)")
     if plot is not None:
         print(f"wrote {plot}")

@@ -76,6 +76,15 @@ class _Plans:
 _KEPT: OrderedDict[tuple, _Plans] = OrderedDict()
 
 
+def splits(strategy: str) -> bool:
+    """Whether ``strategy``'s analytic mode is split (plans kept, a device edit re-prices them in
+    milliseconds) rather than re-evaluated whole (a run's seconds)."""
+    from sim.engine.strategies import get_strategy
+    from sim.engine.strategies.base import Strategy
+
+    return get_strategy(strategy).analytic_plan_key.__func__ is not Strategy.analytic_plan_key.__func__
+
+
 def analytic_decode_tokens_per_s(config: Any = None, /, **options: Any) -> float:
     """``simulate(config, mode="analytic").summary["decode_tokens_per_s"]``, reusing the plans an
     earlier evaluation of the same trace and cache setting made (see the module docstring).

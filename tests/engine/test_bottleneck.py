@@ -42,6 +42,29 @@ def test_at_7gb_with_4x_ufs_the_io_cores_issue_rate_binds_and_then_the_queue_dep
     assert faster_io["phases"]["attention"]["resource"] in ("CPU compute", "DRAM bandwidth")
 
 
+def _run(capsys, *sets: str) -> tuple[float, str]:
+    args = ["run", "--memory-budget", "7GB", "--decode-tokens", "6", "--warmup-tokens", "4", "--json"]
+    for s in sets:
+        args += ["--set", s]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    return out["decode_tokens_per_s"], out["bottleneck"]["token"]["resource"]
+
+
+def test_relieving_what_is_named_is_what_speeds_the_token_up(capsys):
+    """The name is the limit that binds, not merely the busiest unit: relieving it, four times over,
+    speeds the 7 GB token up, and relieving the flash curves while the issue rate binds does little."""
+    ladder = [(), (FAST_UFS,), (FAST_UFS, "device.cpu.clusters.*.io_4k_gbps:scale=4"),
+              (FAST_UFS, "device.cpu.clusters.*.io_4k_gbps:scale=4", "device.storage.queue_depth:scale=4")]
+    runs = [_run(capsys, *sets) for sets in ladder]
+    names = [name for _, name in runs]
+    assert names[1].startswith("I/O core issue rate")
+    assert names[2:] == ["command queue depth", "flash device (4 KiB reads)"]
+    speed = [tps for tps, _ in runs]
+    assert speed[1] < 1.1 * speed[0]  # 4x flash: the issuing core caps the reads
+    assert speed[2] > 1.3 * speed[1] and speed[3] > 1.3 * speed[2]  # each named limit relieved pays
+
+
 def test_shares_of_a_token_add_up_to_one(capsys):
     b = _bottleneck(capsys)
     assert sum(b["token"]["shares"].values()) == pytest.approx(1.0)

@@ -18,6 +18,7 @@ from sim.engine.run_length import (
     AUTO_MIN_REPLICATIONS,
     parse_decode_tokens,
     replication_interval,
+    replication_seed,
     replications_needed,
 )
 from sim.engine.steady_state import batch_means_ci, mser5_warmup, steady_state
@@ -81,6 +82,17 @@ def test_replications_grow_towards_the_target():
             parse_decode_tokens(bad)
 
 
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 2**63 - 1), other=st.integers(0, 2**63 - 1))
+def test_replications_start_at_the_runs_seed_and_two_seeds_share_none(seed, other):
+    mine = [replication_seed(seed, i) for i in range(AUTO_MAX_REPLICATIONS)]
+    assert mine[0] == seed and mine == [replication_seed(seed, i) for i in range(AUTO_MAX_REPLICATIONS)]
+    assert all(0 <= s <= 2**63 - 1 for s in mine) and len(set(mine)) == len(mine)
+    if other != seed:  # seeds 0-4 of an auto run are independent estimates, not one estimate shifted
+        theirs = {replication_seed(other, i) for i in range(1, AUTO_MAX_REPLICATIONS)}
+        assert not theirs & set(mine[1:])
+
+
 @pytest.fixture(scope="module")
 def long_trace(tmp_path_factory) -> dict[str, str]:
     folder = tmp_path_factory.mktemp("steady")
@@ -102,7 +114,8 @@ def test_a_run_reports_its_interval_and_auto_runs_until_it_is_tight(long_trace, 
     auto = json.loads(capsys.readouterr().out)
     record = auto["decode_tokens_auto"]
     n = record["replications"]
-    assert AUTO_MIN_REPLICATIONS <= n <= AUTO_MAX_REPLICATIONS and record["seeds"] == list(range(n))
+    assert AUTO_MIN_REPLICATIONS <= n <= AUTO_MAX_REPLICATIONS
+    assert record["seeds"] == [replication_seed(0, i) for i in range(n)]
     assert auto["config"]["decode_tokens"] == DEFAULT_DECODE_TOKENS  # the stated length, replicated
     mean, lo, hi = replication_interval(record["figures"])
     assert auto["decode_tokens_per_s_ci"] == pytest.approx([lo, hi])

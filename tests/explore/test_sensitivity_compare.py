@@ -2,9 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from types import SimpleNamespace
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.cli import main
+from sim.engine.reevaluate import splits
+from sim.explore.sensitivity import (
+    LEVELS,
+    SPLIT_TRAJECTORIES,
+    WHOLE_TRAJECTORIES,
+    default_trajectories,
+    evaluation_order,
+)
 
 SMALL = ["--model", "turbosparse-mistral-7b", "--offload", "0.5", "--decode-tokens", "16"]
 
@@ -13,6 +27,9 @@ def _ranking(capsys, seed: int) -> list[str]:
     assert main(["sensitivity", *SMALL, "--trajectories", "4", "--sampler-seed", str(seed), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert [r["mu_star"] for r in rows] == sorted((r["mu_star"] for r in rows), reverse=True)
+    for r, nxt in itertools.pairwise(rows):  # tied: the two mu* intervals overlap
+        assert r["tied_with_next"] == (r["mu_star"] - r["mu_star_conf"] <= nxt["mu_star"] + nxt["mu_star_conf"])
+    assert rows[-1]["tied_with_next"] is False
     return [r["input"] for r in rows]
 
 
@@ -41,3 +58,41 @@ def test_compare_puts_two_phones_in_one_table_with_intervals_and_bottlenecks(cap
     text = capsys.readouterr().out
     assert "95% CI" in text and "bottleneck" in text and "pixel-8-pro" in text
     assert main(["compare", *SMALL]) == 2  # nothing to compare
+
+
+@settings(max_examples=50, deadline=None)
+@given(kinds=st.lists(st.sampled_from(["preset", "model", "knobs", "device", "profile field"]), min_size=1,
+                      max_size=6),
+       rows=st.integers(1, 40), seed=st.integers(0, 2**32 - 1))
+def test_the_evaluation_order_groups_the_rows_that_share_the_dearest_inputs(kinds, rows, seed):
+    """Every row once, and the rows that share every trace-preset and model value run together, so
+    each trace is made once whatever the number of trajectories."""
+    items = [(f"x{i}", f"device.k{i}:scale" if k == "profile field" else SimpleNamespace(kind=k))
+             for i, k in enumerate(kinds)]
+    x = np.random.default_rng(seed).integers(0, LEVELS, (rows, len(items))) / (LEVELS - 1)
+    order = evaluation_order(x, items)
+    assert sorted(order.tolist()) == list(range(rows))
+    dear = [i for i, k in enumerate(kinds) if k in ("preset", "model")]
+    if dear:
+        keys = [tuple(x[j, dear]) for j in order]
+        runs = [k for n, k in enumerate(keys) if n == 0 or k != keys[n - 1]]
+        assert len(runs) == len(set(keys))  # each combination in one contiguous run
+
+
+def test_the_default_trajectories_follow_what_an_evaluation_costs():
+    """A thousand where a device edit re-prices kept plans (the default run: its top three are within
+    5% of each other), the old eight where every evaluation is a whole analytic run."""
+    assert splits("powerinfer2") and not any(splits(s) for s in ("llm-in-flash", "llamacpp", "dense"))
+    assert default_trajectories(SimpleNamespace(strategy="powerinfer2")) == SPLIT_TRAJECTORIES == 1000
+    assert default_trajectories(SimpleNamespace(strategy="llm-in-flash")) == WHOLE_TRAJECTORIES
+
+
+def test_compare_quotes_the_prediction_interval_sim_run_prints(capsys):
+    """One configuration, one interval: compare samples as many draws as sim run by default."""
+    assert main(["run", *SMALL, "--uncertainty", "--json"]) == 0
+    run = json.loads(capsys.readouterr().out)
+    assert main(["compare", "--devices", "oneplus-12,pixel-8-pro", *SMALL, "--uncertainty", "--json"]) == 0
+    row = json.loads(capsys.readouterr().out)[0]
+    assert row["device"] == "oneplus-12"
+    assert row["decode_tokens_per_s"] == run["decode_tokens_per_s"]
+    assert row["decode_tokens_per_s_interval"] == run["decode_tokens_per_s_interval"]

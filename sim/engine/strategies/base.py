@@ -143,7 +143,7 @@ class Strategy(ABC):
     @classmethod
     def run_warnings(cls, config: Any) -> list[str]:
         """Warnings for options that change nothing in this strategy's figures."""
-        if config.trace is not None and config.seed:  # the seed only draws a preset's synthetic trace
+        if config.trace is not None and config.seed and not drawn_by_seed(config.trace, config.seed):
             return [f"--seed {config.seed} changes nothing with --trace: the trace fixes the activations"]
         return []
 
@@ -216,6 +216,13 @@ class Strategy(ABC):
 
 
 REGISTRY: dict[str, type[Strategy]] = {}
+
+
+def drawn_by_seed(trace: Any, seed: int) -> bool:
+    """Whether ``trace`` is a synthetic trace the run drew with ``seed`` (a calibrated run's trace,
+    generated from its edited preset with the run's seed), so the seed did change the activations."""
+    meta = getattr(trace, "meta", None)
+    return isinstance(meta, TraceMeta) and meta.source == "synthetic" and meta.seed == seed
 
 
 def register(cls: type[Strategy]) -> type[Strategy]:
