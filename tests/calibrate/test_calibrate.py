@@ -122,7 +122,8 @@ def test_refitting_the_default_calibration_converges_to_the_committed_values():
     assert blocks, "the default calibration has no independent block to refit"
     decode_tokens = int(committed.meta["decode_tokens"])
     for u, mine in blocks.items():
-        result = fit(mine, [u], decode_tokens=decode_tokens, max_evals=8)
+        result = fit(mine, [u], decode_tokens=decode_tokens, max_evals=8,
+                     loss=str(committed.meta.get("loss", "linear")))
         tolerance = max(2 * committed.sigma[u.name], 1e-6 * abs(committed.values[u.name]))
         assert abs(result.values[u.name] - committed.values[u.name]) <= tolerance, u.name
     assert default_path().is_file()

@@ -1,8 +1,8 @@
 """The committed validation table (validation/validation_errors.csv) is what `sim validate` gives
 with the bundled calibration, and README's headline is that table's MAPE.
 
-The whole table takes minutes (it is remade by `sim validate --decode-tokens 32 --out
-validation/validation_errors.csv`); the test recomputes the points that take a fraction of a
+The whole table takes minutes (it is remade by `sim validate --out validation/validation_errors.csv`,
+at the default run length the calibration was made at); the test recomputes the points that take a fraction of a
 second (the memory breakdown, whose cross-validated figure comes from a fold without them,
 and a [FLASH] Table 3 point) and the headline from the committed rows.
 """
@@ -18,6 +18,7 @@ import pytest
 from sim.bundled import bundled_dir
 from sim.calibrate.calibration import load_calibration
 from sim.calibrate.report import ERROR_COLUMNS, calibrated_table, mapes
+from sim.engine.config import DEFAULT_DECODE_TOKENS
 from sim.validation import validate
 
 TABLE = bundled_dir("validation") / "validation_errors.csv"
@@ -34,7 +35,7 @@ def test_the_committed_table_covers_the_calibration_and_matches_its_run_length(c
     cal = load_calibration(None)
     assert cal is not None and cal.folds, "the bundled calibration has cross-validation folds"
     assert set(cal.points) <= set(committed.index)
-    assert int(cal.meta["decode_tokens"]) == 32  # the run length README's command gives the table
+    assert int(cal.meta["decode_tokens"]) == DEFAULT_DECODE_TOKENS  # README's command's (the default) run length
 
 
 @pytest.mark.parametrize("point", CHEAP)
