@@ -285,13 +285,13 @@ class TraceSynthesizer:
         rows = n_tokens * d.n_layers * d.top_k
         slack = 2 * self.state.shape[2] + 1024
         cap_a = int(rows * d.n_neurons * tb.density.mean() * _BUFFER_FACTOR) + slack
-        cap_p = int(rows * d.n_neurons * tb.expected_predicted.mean() * _BUFFER_FACTOR) + slack
+        cap_p = int(rows * d.n_neurons * tb.expected_predicted.mean() * _BUFFER_FACTOR) + slack if self.with_pred else 1
         offsets, ids, n, pred_off, pred_ids, m = K.neuron_chunk(
             self.t, self.key, experts, tb.p_by_id, self.refresh, self.state, self.last_t,
             self.with_pred, tb.z_by_id, self.z_refresh, self.z_state, self.recall,
             self.group_size, tb.group_of_id, tb.group_p, self.strength,
             self.drift_rate, self.drift_regular, self.drift_share, self.drift_static_p, self.active_count,
-            cap_a, cap_p)
+            np.empty(cap_a, np.int32), np.empty(cap_p, np.int32))
         # views of the first n / m entries: the untouched tail of the buffer costs no memory
         ids, pred_ids = ids[:n], pred_ids[:m]
         chunk = TraceChunk(self.t, offsets, ids, experts, pred_off if self.with_pred else None,
