@@ -140,11 +140,12 @@ def _preset_raw(name: str, profile: Any) -> dict[str, Any]:
 
 def run_facts(config: Any) -> dict[str, Any]:
     """A run configuration as the point-like mapping :func:`run_overrides` reads: its device,
-    model, strategy (a user's run is the strategy's own implementation) and knobs."""
+    model, strategy and implementation (the strategy's own unless the run names one) and knobs."""
     from sim.profiles.registry import load_device, load_model
 
     return {"id": "run", "device": load_device(config.device).name, "model": load_model(config.model),
-            "strategy": config.strategy, "knobs": dict(config.knobs), "preset": config.preset}
+            "strategy": config.strategy, "implementation": config.implementation, "knobs": dict(config.knobs),
+            "preset": config.preset}
 
 
 def calibrated_config(config: Any, calibration: Any, *, user_paths: tuple[str, ...] = ()) -> Any:
@@ -170,7 +171,11 @@ def calibrated_config(config: Any, calibration: Any, *, user_paths: tuple[str, .
                          decode_tokens=config.decode_tokens, warmup_tokens=config.warmup_tokens, seed=config.seed)
     if not over:
         return config
-    if "knobs" in over:
-        over["knobs"] = {**over["knobs"], **dict(config.knobs)}  # the user's knobs win
+    if "knobs" in over:  # the user's knobs win: the ones they named, or set to other than the default
+        from sim.engine.strategies.base import parse_knobs
+
+        defaults = parse_knobs(get_strategy(config.strategy), {}).model_dump(mode="json")
+        chosen = {k: v for k, v in dict(config.knobs).items() if k in mine or defaults.get(k, v) != v}
+        over["knobs"] = {**dict(config.knobs), **over["knobs"], **chosen}
     options = {name: getattr(config, name) for name in type(config).model_fields}
     return RunConfig.of(**{**options, **over})

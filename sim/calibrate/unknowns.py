@@ -10,6 +10,7 @@ nothing. The bundled registry is ``validation/unknowns.yaml``.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -135,6 +136,18 @@ def load_unknowns(path: str | Path | None = None) -> list[Unknown]:
             raise SimError(f"unknown {unknown.name!r} is declared twice", source=str(source), field="unknowns")
         seen.add(unknown.name)
     return reg.unknowns
+
+
+@functools.cache  # bundled files: read once per process (a sweep validates every point)
+def known_implementations(strategy: str) -> tuple[str, ...]:
+    """The strategy itself and the implementations of it (``<strategy>/<whose>``) the bundled
+    registry scopes values to or the published points name: what a run's ``implementation``
+    may name (another name would silently run as the strategy's own)."""
+    from sim.validation import load_points
+
+    scoped = {u.scope["implementation"] for u in load_unknowns() if "implementation" in u.scope}
+    scoped |= {str(p["implementation"]) for p in load_points() if p.get("implementation")}
+    return (strategy, *sorted(name for name in scoped if name.startswith(f"{strategy}/")))
 
 
 def select(items: list[Any], selection: str | list[str] | None, what: str, flag: str,

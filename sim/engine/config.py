@@ -63,6 +63,10 @@ class RunConfig(BaseModel):
     device: Any = option("oneplus-12", "Device name or YAML path.", cli="text")  # or a DeviceProfile
     model: Any = option("turbosparse-mixtral-47b", "Model name or YAML path.", cli="text")  # or a ModelProfile
     strategy: str = option("powerinfer2", "powerinfer2, llm-in-flash, llamacpp, dense.")
+    # whose program the calibration takes the run for: its implementation-scoped values apply
+    implementation: str | None = option(
+        None, "Whose implementation of the strategy the calibration treats the run as, e.g. llm-in-flash/pi2-port "
+              "([PI2]'s port of LLM in a Flash): its calibrated values apply (default: the strategy's own).")
     # a size (19GB, 12GiB, bytes) or a percentage of the weights
     memory_budget: Any = option(None, "19GB, 12GiB or 50% (of weights).", cli="text")
     offload: float | None = option(None, "Fraction of FFN weights only on flash.")
@@ -121,6 +125,7 @@ class RunConfig(BaseModel):
         if not isinstance(run["strategy"], str):
             raise SimError(f"expected a strategy name, got {type(run['strategy']).__name__}", field="--strategy")
         strat_cls = get_strategy(run["strategy"])
+        _check_implementation(run["implementation"], run["strategy"])
         knobs = run["knobs"]
         if knobs is not None and not isinstance(knobs, Mapping):
             raise SimError(f"expected a mapping of knob names to values, got {type(knobs).__name__}", field="knobs")
@@ -165,6 +170,8 @@ class RunConfig(BaseModel):
             value = getattr(self, kind)
             if isinstance(value, BaseModel):
                 out[kind] = value.model_dump(mode="json")
+        if out["implementation"] is None:  # the strategy's own: ids as before the option existed
+            del out["implementation"]
         trace = self.trace
         if trace is not None and not isinstance(trace, str | Path):
             out["trace"] = {"source": getattr(getattr(trace, "meta", None), "source", None), "id": id(trace)}
@@ -189,6 +196,19 @@ def _checked_overrides(overrides: Any) -> dict[str, Any]:
             raise SimError(f"a profile edit is device.<field path> or model.<field path>, got {key!r}",
                            field="overrides")
     return dict(overrides)
+
+
+def _check_implementation(implementation: Any, strategy: str) -> None:
+    """An implementation is the strategy's own or one the calibration registry scopes values to
+    (``<strategy>/<whose>``): a name nothing is calibrated for would silently run as the strategy's own."""
+    if implementation is None:
+        return
+    from sim.calibrate.unknowns import known_implementations
+
+    allowed = known_implementations(strategy)
+    if implementation not in allowed:
+        raise SimError(f"must be one of {', '.join(allowed)} for strategy {strategy}, got {implementation!r}",
+                       field="--implementation")
 
 
 def _profile_label(value: Any) -> Any:

@@ -49,7 +49,7 @@ def test_points_of_the_table_recompute_to_the_committed_errors(committed, point)
 
 def test_readme_headline_is_the_committed_tables_mape(committed):
     figures = mapes(committed.reset_index())
-    assert figures["cross_validated"] and figures["points"] == len(load_calibration(None).points)
+    assert figures["cross_validated"] and set(load_calibration(None).points) <= set(committed.index)
     text = README.read_text(encoding="utf-8")
     head = re.search(r"cross-validated MAPE ([\d.]+)%\*\* over the (\d+) points.*?\(in-sample ([\d.]+)%, "
                      r"uncalibrated ([\d.]+)%", text, re.S)
