@@ -52,7 +52,7 @@ def main() -> None:
     raw["base"]["decode_tokens"] = args.decode_tokens
     raw["grid"]["memory_budget"] = raw["grid"]["memory_budget"][: args.budgets]
     spec = spec_from_mapping(raw, str(SPEC))
-    n_points = len(raw["grid"]["memory_budget"]) * len(raw["grid"]["strategy"])
+    n_points = len(raw["grid"]["memory_budget"]) * len(raw["grid"]["system"])
 
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["PHONESIM_TRACE_CACHE"] = str(Path(tmp) / "store")  # empty; the workers inherit it
