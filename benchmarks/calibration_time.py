@@ -16,8 +16,7 @@ from __future__ import annotations
 import time
 
 from sim.calibrate.calibration import calibrate, load_calibration
-from sim.calibrate.evaluator import default_workers
-from sim.calibrate.fit import predict
+from sim.calibrate.evaluator import default_workers, predict
 from sim.validation import load_points
 
 TARGET_S = 15 * 60

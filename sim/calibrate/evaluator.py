@@ -11,14 +11,16 @@ replay's reader), which a forked child would inherit mid-lock.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 from collections.abc import Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from sim.calibrate.apply import applicable
+from sim.calibrate.apply import applicable, run_overrides
 from sim.calibrate.unknowns import Unknown
+from sim.errors import SimError
 
 Key = tuple
 
@@ -32,7 +34,6 @@ def default_workers() -> int:
 
 
 def _predict(point: Mapping[str, Any], values: Mapping[Unknown, float], decode_tokens: int) -> float:
-    from sim.calibrate.fit import predict
 
     return predict(point, values, decode_tokens=decode_tokens)
 
@@ -115,3 +116,16 @@ class Evaluator:
         if k not in self.runs:
             self.ensure([(point, values)])
         return self.runs[k]
+
+
+def predict(point: Mapping[str, Any], values: Mapping[Unknown, float], *, decode_tokens: int) -> float:
+    """The point's prediction with ``values`` applied (those in its scope)."""
+    from sim.validation import run_point
+
+    overrides = run_overrides(point, values, decode_tokens=decode_tokens)
+    row = run_point(dict(point), decode_tokens=decode_tokens, overrides=overrides)
+    predicted = float(row["predicted"])
+    if not (math.isfinite(predicted) and predicted > 0):
+        raise SimError(f"the run gave {predicted} for {point['metric']!r}; a fit needs a positive figure",
+                       source=str(point["id"]), field="metric")
+    return predicted

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from sim.calibrate.apply import applicable, run_overrides
+from sim.calibrate.apply import applicable
 from sim.calibrate.evaluator import Evaluator
 from sim.calibrate.unknowns import Unknown
 from sim.errors import SimError
@@ -55,19 +55,6 @@ class FitResult:
 
     def values_by_unknown(self) -> dict[Unknown, float]:
         return {u: self.values[u.name] for u in self.unknowns}
-
-
-def predict(point: Mapping[str, Any], values: Mapping[Unknown, float], *, decode_tokens: int) -> float:
-    """The point's prediction with ``values`` applied (those in its scope)."""
-    from sim.validation import run_point
-
-    overrides = run_overrides(point, values, decode_tokens=decode_tokens)
-    row = run_point(dict(point), decode_tokens=decode_tokens, overrides=overrides)
-    predicted = float(row["predicted"])
-    if not (math.isfinite(predicted) and predicted > 0):
-        raise SimError(f"the run gave {predicted} for {point['metric']!r}; a fit needs a positive figure",
-                       source=str(point["id"]), field="metric")
-    return predicted
 
 
 def check_fit(points: list[Mapping[str, Any]], unknowns: list[Unknown]) -> None:

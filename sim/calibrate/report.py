@@ -16,18 +16,20 @@ import pandas as pd
 
 from sim.calibrate.apply import applicable
 from sim.calibrate.calibration import Calibration, source_group
-from sim.calibrate.fit import predict
+from sim.calibrate.evaluator import predict
 from sim.errors import SimError
 
 ERROR_COLUMNS = ("error_uncalibrated", "error_in_sample", "error_cv")
 
 
-def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_tokens: int) -> pd.DataFrame:
+def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_tokens: int,
+                     folds: bool = True) -> pd.DataFrame:
     """``table`` (from :func:`sim.validation.validate`, uncalibrated) with the three error columns.
 
     ``predicted`` and ``error_pct`` become the in-sample calibrated figures (what a run with
     this calibration gives); ``error_*`` are percentages. A point no unknown reaches keeps its
-    uncalibrated figure in all three.
+    uncalibrated figure in all three. ``folds`` False skips the cross-validated predictions (NaN):
+    the in-sample table alone, at the cost of one more run a point.
     """
     from sim.validation import load_points
 
@@ -45,7 +47,7 @@ def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_to
         out.at[i, "error_uncalibrated"] = 100 * (base / published - 1)
         reached = applicable(calibration.unknowns, point)
         in_sample = calibration.in_sample()
-        cv_values = calibration.cross_validated(point)
+        cv_values = calibration.cross_validated(point) if folds else None
         try:
             fitted = predict(point, in_sample, decode_tokens=decode_tokens) if reached else base
             cv = (predict(point, cv_values, decode_tokens=decode_tokens) if reached and cv_values is not None

@@ -143,10 +143,10 @@ def known_implementations(strategy: str) -> tuple[str, ...]:
     """The strategy itself and the implementations of it (``<strategy>/<whose>``) the bundled
     registry scopes values to or the published points name: what a run's ``implementation``
     may name (another name would silently run as the strategy's own)."""
-    from sim.validation import load_points
-
+    published = bundled_dir("validation") / "published.yaml"  # read here: sim.validation imports run configs
+    points = load_yaml_text(published.read_text(encoding="utf-8"), str(published)).get("points") or []
     scoped = {u.scope["implementation"] for u in load_unknowns() if "implementation" in u.scope}
-    scoped |= {str(p["implementation"]) for p in load_points() if p.get("implementation")}
+    scoped |= {str(p["implementation"]) for p in points if isinstance(p, dict) and p.get("implementation")}
     return (strategy, *sorted(name for name in scoped if name.startswith(f"{strategy}/")))
 
 

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from sim.calibrate.apply import applicable, run_overrides
 from sim.calibrate.calibration import default_path, load_calibration
-from sim.calibrate.fit import check_fit, fit, predict
+from sim.calibrate.evaluator import predict
+from sim.calibrate.fit import check_fit, fit
 from sim.calibrate.unknowns import Unknown, load_unknowns, select
 from sim.cli import main
 from sim.errors import SimError

@@ -33,14 +33,16 @@ def test_ablate_takes_every_run_option_of_sim_run_as_sim_run_declares_it():
 
 @pytest.fixture(scope="module")
 def bamboo_ladder():
-    """`sim ablate --model bamboo-7b --offload 0.5` on the OnePlus 12 (the default device), as JSON rows."""
+    """`sim ablate --model bamboo-7b --offload 0.5 --calibration none` on the OnePlus 12 (the default
+    device), as JSON rows: the bamboo-7b preset's own skew, which gives §7.5's 95% (the calibration's
+    one skew for the 7B family does not: pi2-bamboo-ablation-cache-hit's known_gap says why)."""
     import contextlib
     import io
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert main(["ablate", "--model", "bamboo-7b", "--offload", "0.5", "--decode-tokens", "8",
-                     "--warmup-tokens", "8", "--json"]) == 0
+                     "--warmup-tokens", "8", "--calibration", "none", "--json"]) == 0
     return json.loads(out.getvalue())
 
 
