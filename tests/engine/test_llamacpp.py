@@ -165,3 +165,20 @@ def test_invariants(models, share, readahead_kib):
     peak = FlashModel(load_device("oneplus-12")).peak_gbps * 1e9
     assert (df["latency_s"] >= df["flash_bytes"] / peak).all()
     np.testing.assert_allclose(df["latency_s"], sum(phase(result, p) for p in PHASES), rtol=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(1, 5000), min_size=1, max_size=12), chunk=st.integers(1, 700),
+       pick=st.data())
+def test_the_union_of_file_ranges_is_numpys_unique(sizes, chunk, pick):
+    """Chunk ranges laid out one after another (as FileLayout lays out a layer's attention and
+    experts), any ascending selection of them: the one-pass union is np.unique's."""
+    from sim.engine.strategies.llamacpp import _sorted_union
+
+    offset, ranges = 0, []
+    for size in sizes:
+        start, offset = offset, offset + size
+        ranges.append(np.arange(start // chunk, (offset - 1) // chunk + 1, dtype=np.int64))
+    chosen = sorted(pick.draw(st.sets(st.integers(0, len(ranges) - 1), min_size=1)))
+    parts = [ranges[i] for i in chosen]
+    assert np.array_equal(_sorted_union(parts), np.unique(np.concatenate(parts)))

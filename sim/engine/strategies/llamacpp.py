@@ -104,15 +104,23 @@ class FileLayout:
         keys = self._union.get(key)
         if keys is None:  # a layer has few expert combinations: each union is computed once
             parts = [self.experts[layer][e] for e in chosen]
-            keys = np.unique(np.concatenate(parts)) if len(parts) > 1 else parts[0]
+            keys = _sorted_union(parts) if len(parts) > 1 else parts[0]
             self._union[key] = keys
         return keys
 
     def whole_layer(self, layer: int) -> np.ndarray:
         key = (layer, ())
         if key not in self._union:
-            self._union[key] = np.unique(np.concatenate([self.attention[layer], *self.experts[layer]]))
+            self._union[key] = _sorted_union([self.attention[layer], *self.experts[layer]])
         return self._union[key]
+
+
+def _sorted_union(parts: list[np.ndarray]) -> np.ndarray:
+    """The union of chunk ranges given in file order (each ascending, a neighbour sharing at most
+    its boundary chunk): their concatenation without repeats, in one pass where np.unique would
+    hash or sort (a third of a llama.cpp sweep point's time went there)."""
+    keys = np.concatenate(parts)
+    return keys[np.concatenate(([True], keys[1:] != keys[:-1]))]
 
 
 @register
