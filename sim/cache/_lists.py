@@ -7,6 +7,11 @@ number. An item is in at most one list at a time, so one ``prv``/``nxt`` pair se
 lists of a policy. ``-1`` means "none". This keeps the per-request cost at a few array
 writes with no Python objects, which is what lets a replay run at tens of millions of
 requests per second.
+
+The list helpers are inlined into each kernel: callers pass their list number as a
+constant, and a helper compiled on its own gets one cached specialisation per constant, an
+index that two processes compiling different kernels at once (``pytest -n 2`` on a fresh
+checkout) left unusable (ARC's kernel then failed to type ``push_head`` for list 0).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ STEP = 2  # id of the next step (used to mark pinned items)
 FIRST_FREE = 3  # first slot a policy may use for its own scalars
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def push_head(prv, nxt, head, tail, k, x):
     """Insert item ``x`` at the head (newest end) of list ``k``."""
     h = head[k]
@@ -37,7 +42,7 @@ def push_head(prv, nxt, head, tail, k, x):
     head[k] = x
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def unlink(prv, nxt, head, tail, k, x):
     """Remove item ``x`` from list ``k``."""
     p = prv[x]
@@ -54,7 +59,7 @@ def unlink(prv, nxt, head, tail, k, x):
     nxt[x] = NONE
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def move_to_head(prv, nxt, head, tail, k, x):
     if head[k] != x:
         unlink(prv, nxt, head, tail, k, x)
