@@ -33,13 +33,8 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _predict(point: Mapping[str, Any], values: Mapping[Unknown, float], decode_tokens: int) -> float:
-
-    return predict(point, values, decode_tokens=decode_tokens)
-
-
 def _predict_many(jobs: list[tuple[Mapping[str, Any], Mapping[Unknown, float]]], decode_tokens: int) -> list[float]:
-    return [_predict(point, values, decode_tokens) for point, values in jobs]
+    return [predict(point, values, decode_tokens=decode_tokens) for point, values in jobs]
 
 
 class Evaluator:
@@ -89,7 +84,7 @@ class Evaluator:
             return
         if self.workers == 1 or len(due) == 1:
             for k, (point, values) in due.items():
-                self.runs[k] = _predict(point, values, self.decode_tokens)
+                self.runs[k] = predict(point, values, decode_tokens=self.decode_tokens)
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.workers,
