@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from sim.engine.config import DEFAULT_DECODE_TOKENS, RunConfig
-from sim.engine.steady_state import CONFIDENCE
+from sim.engine.steady_state import CONFIDENCE, student_t_quantile
 from sim.errors import SimError
 
 AUTO = "auto"
@@ -54,13 +54,11 @@ def parse_decode_tokens(value: Any, field: str = "--decode-tokens") -> int | str
 
 def replication_interval(figures: list[float]) -> tuple[float, float, float]:
     """(mean, lower, upper): the Student-t 95% interval of the mean of replications' figures."""
-    from scipy.stats import t as student_t
-
     x = np.asarray(figures, dtype=float)
     mean = float(x.mean())
     if len(x) < 2:
         return mean, -math.inf, math.inf
-    half = float(student_t.ppf(0.5 + CONFIDENCE / 2, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    half = student_t_quantile(0.5 + CONFIDENCE / 2, len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
     return mean, mean - half, mean + half
 
 

@@ -198,9 +198,11 @@ class _Recording(Trace):
         done = False
         try:
             for chunk in self._source.chunks():
+                # handed over before it is compressed: the run needs the chunk now, the store only
+                # later (a first run's codec kernels compile while the engine works, not before)
+                yield chunk
                 if writer is not None:
                     writer.add(chunk)
-                yield chunk
             done = True
         finally:
             if writer is not None:
