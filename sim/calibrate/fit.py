@@ -31,8 +31,11 @@ from sim.errors import SimError
 # tiny scales (integer neuron counts, a fixed seed), so a step far above float noise.
 DIFF_STEP = 0.04
 AT_BOUND = 0.01  # within 1% of the prior's width of an end: "at its bound"
-LOSSES = ("linear", "soft_l1")  # scipy.optimize.least_squares's: plain least squares, or robust
-ROBUST_SCALE = 0.2  # soft_l1's scale in log units: residuals beyond ~20% weigh less than their square
+# scipy.optimize.least_squares's losses: plain least squares, or robust ones that weigh a residual
+# beyond ROBUST_SCALE less than its square (soft_l1 and huber: like its size; cauchy and arctan:
+# ever less, so a point no value can reach stops pulling once it is far off)
+LOSSES = ("linear", "soft_l1", "huber", "cauchy", "arctan")
+ROBUST_SCALE = 0.2  # the robust losses' scale in log units: ~20%, about the published points' tolerance
 
 
 @dataclass

@@ -29,8 +29,9 @@ def calibrate_cmd(
     cv_max_evals: int | None = typer.Option(
         None, "--cv-max-evals", help="Evaluations per cross-validation refit (default: --max-evals); each starts, "
                                      "as the full fit, at the priors' centres."),
-    loss: str = typer.Option("linear", "--loss", help="linear: least squares on log(predicted/published); soft_l1: "
-                                                     "robust, a residual beyond 20% weighs less than its square."),
+    loss: str = typer.Option("linear", "--loss", help="linear: least squares on log(predicted/published); soft_l1, "
+                                                     "huber: robust, a residual beyond 20% weighs like its size, not "
+                                                     "its square; cauchy, arctan: ever less as it grows."),
     workers: int | None = typer.Option(None, "--workers", help="Processes running the points' simulations "
                                                                 "(default: one per core)."),
     start: Path | None = typer.Option(None, "--start", help="A calibration file whose values start the full fit "

@@ -231,9 +231,11 @@ def test_an_unknown_loss_is_refused_naming_the_flag(capsys):
     assert "--loss" in err and "soft_l1" in err
 
 
-def test_the_robust_loss_fits_too():
+@pytest.mark.parametrize("loss", ["soft_l1", "cauchy"])
+def test_the_robust_losses_fit_too(loss):
     points = _points(MEMORY)
     rank = _unknown("mixtral-predictor-rank")
-    result = fit(points, [rank], max_evals=20, loss="soft_l1")
+    result = fit(points, [rank], max_evals=20, loss=loss)
     cost = lambda r: sum(v * v for v in r.values())  # noqa: E731
     assert cost(result.residuals) < cost(result.initial_residuals)
+
