@@ -202,7 +202,11 @@ class _Recording(Trace):
                 # later (a first run's codec kernels compile while the engine works, not before)
                 yield chunk
                 if writer is not None:
-                    writer.add(chunk)
+                    try:
+                        writer.add(chunk)
+                    except OSError:  # the store filled up or went away mid-trace: only the reuse is lost
+                        writer.abort()
+                        writer = None
             done = True
         finally:
             if writer is not None:

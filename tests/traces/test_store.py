@@ -180,6 +180,16 @@ def test_a_store_that_cannot_be_written_costs_only_the_reuse(tmp_path, monkeypat
     assert _equal(_read(_stored()), want)
 
 
+def test_a_store_that_fills_up_mid_trace_costs_only_the_reuse(folder, monkeypatch):
+    def full(self, chunk):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(store.TraceWriter, "add", full)
+    want = _read(synth_module.synth_trace(h.params(), DIMS, 20, 1, chunk_tokens=8))
+    assert _equal(_read(_stored()), want)  # every chunk reaches the run
+    assert store.entries(folder) == [] and not list(folder.glob("*.part"))  # and no partial file is left
+
+
 def test_runs_share_the_stored_trace_and_agree(folder, generated, monkeypatch):
     monkeypatch.setattr(simulation, "_GENERATED", type(simulation._GENERATED)())
     kw = {"model": "llama-2-7b", "prompt_tokens": 2, "decode_tokens": 3, "warmup_tokens": 1, "profile_tokens": 2,
