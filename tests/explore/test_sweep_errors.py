@@ -84,11 +84,20 @@ def test_infeasible_points_are_written_with_their_columns_and_exit_1(tmp_path, c
     assert "0 run, 2 failed" in capsys.readouterr().out
 
 
+def _as_from_a_terminal() -> None:
+    """The child's SIGINT and SIGTERM at their defaults, as a command typed in a terminal has
+    them: a test run started in the background (``cmd &`` in a non-interactive shell, as CI
+    may be) passes SIGINT on ignored, and Python then leaves Ctrl-C ignored in the sweep too."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def _run_and_signal(spec, out, signum: int, workers: int) -> subprocess.CompletedProcess:
     """Start the sweep CLI, send ``signum`` to it once two rows are durable, and wait for it."""
     argv = [sys.executable, "-m", "sim", "sweep", str(spec), "--out", str(out), "--workers", str(workers),
             "--no-progress", "--commit-every", "0"]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal)
     parts = out.with_name(out.name + ".parts")
     deadline = time.monotonic() + 60
     while proc.poll() is None and time.monotonic() < deadline and len(list(parts.glob("part-*.parquet"))) < 2:
