@@ -20,6 +20,7 @@ from sim.bundled import bundled_dir
 from sim.checks import check_int
 from sim.engine.config import DEFAULT_DECODE_TOKENS, RunConfig
 from sim.errors import SimError
+from sim.lru import kept
 from sim.profiles.yamlio import load_yaml_text
 
 # The run options a point may set (RunConfig's fields); `sim validate` sets the token counts and
@@ -128,13 +129,8 @@ SUMMARY_CACHE = 16
 def _summary(config: RunConfig) -> dict[str, Any]:
     from sim.engine.simulation import simulate
 
-    key = config.run_id(length=64)
-    if key not in _SUMMARIES:
-        _SUMMARIES[key] = (config, simulate(config).summary)
-        while len(_SUMMARIES) > SUMMARY_CACHE:
-            _SUMMARIES.popitem(last=False)
-    _SUMMARIES.move_to_end(key)
-    return copy.deepcopy(_SUMMARIES[key][1])
+    entry = kept(_SUMMARIES, config.run_id(length=64), lambda: (config, simulate(config).summary), SUMMARY_CACHE)
+    return copy.deepcopy(entry[1])
 
 
 def _memory_summary(kwargs: dict[str, Any]) -> dict[str, Any]:

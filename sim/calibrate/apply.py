@@ -17,6 +17,7 @@ from typing import Any
 
 from sim.calibrate.unknowns import Unknown
 from sim.errors import SimError
+from sim.lru import kept
 
 # Traces generated from edited presets, kept while a fit evaluates the same values on many points.
 _TRACES: OrderedDict[tuple, Any] = OrderedDict()
@@ -106,16 +107,12 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     dims = SynthDims.from_model(profile)
     # the edited mapping names the parameters (they are a function of it)
     key = (json.dumps(raw, sort_keys=True, default=repr), dims, n_tokens, seed)
-    if key not in _TRACES:
-        params = params_from_mapping(raw, f"{name} (calibrated)")
-        # from the trace store (made once across runs and a sweep's workers), its chunks kept in memory: a
-        # lazy generated trace would be generated again by every run that reads it
-        _TRACES[key] = replayable(stored_synth_trace(params, dims, n_tokens, seed, chunk_tokens=32),
-                                  read_ahead=TRACE_READ_AHEAD)
-        while len(_TRACES) > TRACE_CACHE:
-            _TRACES.popitem(last=False)
-    _TRACES.move_to_end(key)
-    return {"trace": _TRACES[key], "preset": None, "profile_tokens": DEFAULT_PROFILE_TOKENS}
+    # from the trace store (made once across runs and a sweep's workers), its chunks kept in memory: a
+    # lazy generated trace would be generated again by every run that reads it
+    trace = kept(_TRACES, key, lambda: replayable(stored_synth_trace(
+        params_from_mapping(raw, f"{name} (calibrated)"), dims, n_tokens, seed, chunk_tokens=32),
+        read_ahead=TRACE_READ_AHEAD), TRACE_CACHE)
+    return {"trace": trace, "preset": None, "profile_tokens": DEFAULT_PROFILE_TOKENS}
 
 
 def _preset_raw(name: str, profile: Any) -> dict[str, Any]:
@@ -130,12 +127,7 @@ def _preset_raw(name: str, profile: Any) -> dict[str, Any]:
     except OSError:  # not a bundled file: derived from the profile
         source = profile.model_dump_json()
     key = (name, source)
-    if key not in _PRESETS:
-        _PRESETS[key] = preset_for(name, profile).raw
-        while len(_PRESETS) > PRESET_CACHE:
-            _PRESETS.popitem(last=False)
-    _PRESETS.move_to_end(key)
-    return copy.deepcopy(_PRESETS[key])
+    return copy.deepcopy(kept(_PRESETS, key, lambda: preset_for(name, profile).raw, PRESET_CACHE))
 
 
 def run_facts(config: Any) -> dict[str, Any]:

@@ -35,6 +35,7 @@ def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_to
 
     points = {str(p["id"]): p for p in load_points()}
     out = table.copy()
+    in_sample = calibration.in_sample()
     for col in (*ERROR_COLUMNS, "predicted_uncalibrated", "predicted_cv", "cv_group"):
         out[col] = math.nan if col != "cv_group" else None
     for i, row in out.iterrows():
@@ -46,7 +47,6 @@ def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_to
         out.at[i, "predicted_uncalibrated"] = base
         out.at[i, "error_uncalibrated"] = 100 * (base / published - 1)
         reached = applicable(calibration.unknowns, point)
-        in_sample = calibration.in_sample()
         cv_values = calibration.cross_validated(point) if folds else None
         try:
             fitted = predict(point, in_sample, decode_tokens=decode_tokens) if reached else base

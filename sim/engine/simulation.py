@@ -31,6 +31,7 @@ from sim.engine.trace_replay import replayable
 from sim.engine.unit_labels import accelerator
 from sim.engine.workload import check_trace_matches, iter_token_layers, popularity
 from sim.errors import SimError
+from sim.lru import kept
 from sim.profiles.device import DeviceProfile
 from sim.profiles.edits import apply_overrides
 from sim.profiles.memory import plan_memory
@@ -105,15 +106,9 @@ def _generated_trace(model: ModelProfile, name: str, n_tokens: int, seed: int) -
     params = preset_for(name, model, hint="(or pass --trace FILE)")
     dims = SynthDims.from_model(model)
     key = (params.to_yaml(), dims, n_tokens, seed)
-    if key in _GENERATED:
-        _GENERATED.move_to_end(key)
-        return _GENERATED[key]
-    trace = replayable(stored_synth_trace(params, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS),
-                       read_ahead=TRACE_READ_AHEAD)
-    _GENERATED[key] = trace
-    while len(_GENERATED) > GENERATED_TRACE_CACHE:
-        _GENERATED.popitem(last=False)
-    return trace
+    return kept(_GENERATED, key, lambda: replayable(stored_synth_trace(
+        params, dims, n_tokens, seed, chunk_tokens=GENERATED_CHUNK_TOKENS), read_ahead=TRACE_READ_AHEAD),
+        GENERATED_TRACE_CACHE)
 
 
 @dataclass
