@@ -85,7 +85,8 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     """The point's synthetic trace from its preset with ``edits``, as the run would generate it.
 
     The run profiles hot neurons on the trace's first tokens exactly as it does on a
-    generated preset (``profile_tokens`` given), so unedited values give the same figures.
+    generated preset (the point's ``profile_tokens``, or the run's default), so unedited
+    values give the same figures. A point that replays a recorded trace has no preset to edit.
     """
     from sim.engine.simulation import DEFAULT_PROFILE_TOKENS, TRACE_READ_AHEAD
     from sim.engine.trace_replay import replayable
@@ -94,6 +95,9 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     from sim.traces.params import SynthDims, params_from_mapping
     from sim.traces.store import stored_synth_trace
 
+    if point.get("trace") is not None:
+        raise SimError("replays a recorded trace, so a trace-preset unknown cannot reach it; leave it out of "
+                       "the unknown's scope", source=str(point.get("id")), field="trace")
     profile = load_model(model)
     name = point.get("preset") or profile.name
     try:
@@ -103,7 +107,9 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
                        field="preset") from None
     for path, value in edits.items():
         apply_path(raw, path, value, where=f"preset.{path}")
-    n_tokens = DEFAULT_PROFILE_TOKENS + warmup_tokens + decode_tokens
+    profile_tokens = point.get("profile_tokens")
+    profile_tokens = DEFAULT_PROFILE_TOKENS if profile_tokens is None else int(profile_tokens)
+    n_tokens = profile_tokens + warmup_tokens + decode_tokens
     dims = SynthDims.from_model(profile)
     # the edited mapping names the parameters (they are a function of it)
     key = (json.dumps(raw, sort_keys=True, default=repr), dims, n_tokens, seed)
@@ -112,7 +118,7 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     trace = kept(_TRACES, key, lambda: replayable(stored_synth_trace(
         params_from_mapping(raw, f"{name} (calibrated)"), dims, n_tokens, seed, chunk_tokens=32),
         read_ahead=TRACE_READ_AHEAD), TRACE_CACHE)
-    return {"trace": trace, "preset": None, "profile_tokens": DEFAULT_PROFILE_TOKENS}
+    return {"trace": trace, "preset": None, "profile_tokens": profile_tokens}
 
 
 def _preset_raw(name: str, profile: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import numpy as np
 
 from sim.cache.base import CachePolicy
 from sim.checks import shown
+from sim.engine.scheduler import top_counted
 from sim.errors import SimError
 
 
@@ -65,6 +66,16 @@ def timed_policy_options(policy: str, popularity: np.ndarray | None, options: di
     return out
 
 
+def _top(popularity: np.ndarray, n: int, exclude: np.ndarray | None) -> np.ndarray:
+    """The ``n`` most popular keys outside ``exclude``, least popular first, ties in key order
+    (:func:`~sim.engine.scheduler.top_counted` for activation counts; a sort otherwise)."""
+    if np.issubdtype(popularity.dtype, np.integer) and popularity.size and popularity.min() >= 0:
+        return top_counted(popularity, n, np.zeros(0, dtype=np.bool_) if exclude is None else exclude)
+    keys = np.arange(popularity.size) if exclude is None else np.flatnonzero(~exclude)
+    chosen = keys[np.lexsort((keys, -popularity[keys]))][:n]  # most popular first, ties by key
+    return chosen[np.lexsort((chosen, popularity[chosen]))]
+
+
 class NeuronCache:
     def __init__(self, n_keys: int, item_bytes: int, capacity_bytes: int, popularity: np.ndarray | None,
                  hot_share: float, policy: str, policy_options: dict | None = None, preload: bool = True,
@@ -81,8 +92,7 @@ class NeuronCache:
             n_hot = (min(capacity_bytes // item_bytes, n_keys) if static else
                      min(int(capacity_bytes * hot_share) // item_bytes, int(np.count_nonzero(popularity))))
             if n_hot > 0:
-                hot = np.argpartition(-popularity, n_hot - 1)[:n_hot]
-                self.is_hot[hot] = True
+                self.is_hot[_top(popularity, n_hot, None)] = True
         self.hot_bytes = n_hot * item_bytes
         self.cold_capacity = 0 if static else max(0, capacity_bytes - self.hot_bytes)
         options = timed_policy_options(policy, popularity, policy_options)
@@ -100,13 +110,11 @@ class NeuronCache:
         policies see the hottest as most recent.
         """
         fit = self.cold_capacity // self.item_bytes
-        candidates = np.flatnonzero(~self.is_hot)
-        if fit <= 0 or candidates.size == 0:
+        if fit <= 0:
             return
-        if candidates.size > fit:
-            top = np.argpartition(-popularity[candidates], fit - 1)[:fit]
-            candidates = candidates[top]
-        order = candidates[np.argsort(popularity[candidates], kind="stable")]
+        order = _top(popularity, fit, self.is_hot)
+        if order.size == 0:
+            return
         # one step at token -1 (before the run), as the replay fast path: no eviction list
         self.policy.run(order.astype(np.int64), np.array([0, order.size]), tokens=np.array([-1]))
 

@@ -99,6 +99,18 @@ def test_the_prior_value_of_a_preset_field_reproduces_the_uncalibrated_run():
     assert predict(point, {sigma: 2.0}, decode_tokens=4) != pytest.approx(base, rel=1e-3)
 
 
+def test_a_preset_unknown_keeps_the_points_own_profile_length():
+    """An edited trace is as long as the point's run reads: its profile tokens, then warm-up and decode."""
+    point = {**_points("pi2-mixtral-offload50")[0], "profile_tokens": 8}
+    sigma = _unknown("mixtral-propensity-sigma")
+    over = run_overrides(point, {sigma: 3.0}, decode_tokens=4, warmup_tokens=2)
+    assert over["profile_tokens"] == 8
+    assert over["trace"].meta.n_tokens == 8 + 2 + 4
+    recorded = {**point, "trace": "traces/smollm2-135m-decode.npz"}
+    with pytest.raises(SimError, match="recorded trace"):
+        run_overrides(recorded, {sigma: 3.0}, decode_tokens=4)
+
+
 def test_the_fit_reduces_the_error_and_stays_in_the_prior():
     points = _points(MEMORY)
     rank = _unknown("mixtral-predictor-rank")

@@ -184,18 +184,20 @@ def test_routing_from_chunk_rows_matches_routing_from_flat_arrays(source):
 
 
 @settings(max_examples=60, deadline=None)
-@given(layers=st.lists(st.tuples(st.sets(st.integers(0, 99), max_size=60), st.sets(st.integers(0, 99), max_size=40)),
+@given(layers=st.lists(st.tuples(st.sets(st.integers(0, 99), max_size=60), st.sets(st.integers(0, 99), max_size=40),
+                                 st.sets(st.integers(0, 99), max_size=20)),
                        min_size=1, max_size=4),
        npu_share=st.floats(0, 1), hot_share=st.floats(0, 1), use_npu=st.booleans())
 def test_routing_matches_set_operations(layers, npu_share, hot_share, use_npu):
-    """route_neurons against plain numpy: NPU keys dropped, fired = in the active set, cold = not hot."""
+    """route_neurons against plain numpy: NPU keys dropped, fired = in the active set, cold = not hot;
+    the predictor both misses active neurons and adds inactive ones."""
     rng = np.random.default_rng(len(layers))
     n_keys = 100 * len(layers)
     is_npu, is_hot = rng.random(n_keys) < npu_share, rng.random(n_keys) < hot_share
     works = []
-    for i, (active, extra) in enumerate(layers):
+    for i, (active, extra, missed) in enumerate(layers):
         act = np.array(sorted(active), dtype=np.int64) + 100 * i
-        pred = np.array(sorted(active | extra), dtype=np.int64) + 100 * i
+        pred = np.array(sorted((active - missed) | extra), dtype=np.int64) + 100 * i
         works.append(LayerWork(i, np.zeros(1, dtype=np.int64), act, pred))
     tw = TokenWork.from_layers(works)
     flags = placement_flags(is_hot, is_npu if use_npu else None)
@@ -425,3 +427,19 @@ def test_read_ahead_thread_ends_when_the_trace_is_dropped():
     gc.collect()
     reader.join(timeout=5)
     assert not reader.is_alive()
+
+
+@settings(max_examples=80, deadline=None)
+@given(counts=st.lists(st.integers(0, 9), min_size=1, max_size=200), n=st.integers(0, 210),
+       excluded=st.lists(st.booleans(), min_size=200, max_size=200), use_exclude=st.booleans(), ints=st.booleans())
+def test_the_hot_set_and_preload_order_are_the_top_counted_keys(counts, n, excluded, use_exclude, ints):
+    """The neuron cache's selection: the n most counted keys outside the excluded ones, least
+    counted first, ties by key, from activation counts (counting sort) or any other profile."""
+    from sim.engine.neuron_cache import _top
+
+    c = np.array(counts, dtype=np.int64 if ints else np.float64)
+    exclude = np.array(excluded[:c.size]) if use_exclude else None
+    keys = np.arange(c.size) if exclude is None else np.flatnonzero(~exclude)
+    want = keys[np.lexsort((keys, -c[keys]))][:n]
+    want = want[np.lexsort((want, c[want]))]
+    np.testing.assert_array_equal(_top(c, n, exclude), want)

@@ -4,7 +4,8 @@ S3-FIFO is not a stack algorithm: a larger cache need not hold what a smaller on
 so a request can miss with more memory (Belady's anomaly). This pins the example
 hypothesis found, so the restriction in test_engine_properties stays justified: the extra
 miss comes from the policy (fewer hits at one token) and the engine turns it into a
-slower token, as it should.
+slower token, as it should. (Found by a search over seeds and budgets; which example shows
+the anomaly depends on the preload's order among equally counted neurons.)
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ def test_s3fifo_can_miss_more_with_a_bigger_budget_and_lru_cannot():
     raw = h.TINY_DENSE
     results = {}
     for policy in ("s3fifo", "lru"):
-        small = run(dev, raw, seed=2, memory_budget=budget_bytes(raw, dev, 0.0), policy=policy)
-        large = run(dev, raw, seed=2, memory_budget=budget_bytes(raw, dev, 0.03515625), policy=policy)
+        small = run(dev, raw, seed=7, memory_budget=budget_bytes(raw, dev, 0.0), policy=policy)
+        large = run(dev, raw, seed=7, memory_budget=budget_bytes(raw, dev, 0.015625), policy=policy)
         assert large.summary["memory"]["neuron_cache"] > small.summary["memory"]["neuron_cache"]
         results[policy] = small, large
     small, large = results["s3fifo"]
