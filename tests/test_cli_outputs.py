@@ -108,6 +108,8 @@ def test_text_shows_a_dash_not_nan_percent(no_runs, capsys):
     assert main(["validate", *NOT_MODELLED]) == 0
     out = capsys.readouterr().out
     assert "nan" not in out.lower() and "mean absolute percentage error: -" in out
+    # the headline says why it has no figure: no point has a prediction (the bundled calibration has folds)
+    assert "cross-validated MAPE - (none of the selected points has a prediction)" in out
 
 
 def test_json_text_turns_every_non_finite_number_into_null():

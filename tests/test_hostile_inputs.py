@@ -153,7 +153,11 @@ def _inputs(tmp_path: Path) -> dict[str, Path]:
     trace = toy_trace(n_tokens=8).save(tmp_path / "t.npz")
     fit_in = tmp_path / "fit-in.yaml"
     fit_in.write_text("x: 1\n")
-    return {"csv": csv, "device": device, "plan_yaml": plan_yaml, "trace": trace, "fit_in": fit_in}
+    from sim.calibrate.calibration import default_path
+
+    cal = tmp_path / "cal.yaml"
+    cal.write_text(default_path().read_text(encoding="utf-8"), encoding="utf-8")
+    return {"csv": csv, "device": device, "plan_yaml": plan_yaml, "trace": trace, "fit_in": fit_in, "cal": cal}
 
 
 OUTPUT_IS_INPUT = [  # (argv with {in} the input, the input's key, the output flag, the input's flag)
@@ -164,6 +168,8 @@ OUTPUT_IS_INPUT = [  # (argv with {in} the input, the input's key, the output fl
     (["trace", "synth", "--model", "llama-2-7b", "--tokens", "2", "--params", "{in}", "--out", "{out}"], "trace",
      "--out", "--params"),
     (["trace", "fit", "{in}", "--out", "{out}"], "fit_in", "--out", "TRACE"),
+    (["calibrate", "--params", "m1-pytorch-row-move-us", "--max-evals", "1", "--no-cv", "--start", "{in}",
+      "--out", "{out}"], "cal", "--out", "--start"),
 ]
 
 
@@ -174,6 +180,7 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("work started before the output was checked")
 
     import sim.cache.compare
+    import sim.calibrate.calibration
     import sim.engine.simulation
     import sim.explore.planner
     import sim.traces.fit
@@ -184,6 +191,7 @@ def nothing_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sim.cache.compare, "compare_requests", forbidden)
     monkeypatch.setattr(sim.traces.fit, "fit_params", forbidden)
     monkeypatch.setattr(sim.traces.synth, "write_synthetic", forbidden)
+    monkeypatch.setattr(sim.calibrate.calibration, "calibrate", forbidden)
 
 
 @pytest.mark.parametrize("spelling", ["as-given", "dotted", "symlink", "hardlink"])
@@ -203,6 +211,27 @@ def test_an_output_that_is_an_input_is_refused_and_the_input_kept(tmp_path, caps
     err = _one_line_error(capsys)
     assert f": {flag}: is the same file as the {in_flag} input" in err, err
     assert original.read_bytes() == before
+
+
+@pytest.mark.parametrize("which", ["unknowns registry", "published points"])
+def test_a_calibration_written_over_the_files_the_fit_reads_is_refused(tmp_path, capsys, monkeypatch, nothing_runs,
+                                                                       which):
+    """sim calibrate reads the unknowns' registry and the published points (in an editable
+    install, files of the user's checkout): --out naming either is refused, the file kept."""
+    import sim.calibrate.unknowns
+    import sim.validation
+
+    registry, published = tmp_path / "unknowns.yaml", tmp_path / "published.yaml"
+    registry.write_text(sim.calibrate.unknowns.registry_path().read_text(encoding="utf-8"), encoding="utf-8")
+    published.write_text(Path(sim.validation.published_path()).read_text(encoding="utf-8"), encoding="utf-8")
+    monkeypatch.setattr(sim.calibrate.unknowns, "registry_path", lambda: registry)
+    monkeypatch.setattr(sim.validation, "published_path", lambda: str(published))
+    target = registry if which == "unknowns registry" else published
+    before = target.read_bytes()
+    assert main(["calibrate", "--params", "m1-pytorch-row-move-us", "--max-evals", "1", "--no-cv",
+                 "--out", str(target)]) == 2
+    assert f": --out: is the same file as the {which} input" in _one_line_error(capsys)
+    assert target.read_bytes() == before
 
 
 @st.composite
@@ -376,3 +405,19 @@ def test_notebook_03_without_a_checkout_says_where_it_looked(tmp_path, monkeypat
     monkeypatch.setattr(sim, "__file__", str(tmp_path / "site-packages" / "sim" / "__init__.py"))
     with pytest.raises(FileNotFoundError, match=r"minilm-l6-v2\.npz is not in .*checkout of the phonesim repository"):
         exec(_notebook_setup_cell(), {})
+
+
+@pytest.mark.parametrize("calibration", ["bundled", "none"])
+def test_an_unknown_preset_names_the_flag_with_or_without_a_calibration(capsys, calibration):
+    """The bundled calibration edits the model's preset; a --preset that does not exist is the
+    same one-line error either way (it read `run: preset: has no trace preset to calibrate`)."""
+    argv = ["run", "--preset", "nosuch", "--decode-tokens", "4"]
+    assert main([*argv, *(["--calibration", "none"] if calibration == "none" else [])]) == 2
+    assert _one_line_error(capsys).startswith("error: --preset: no synthetic-trace preset 'nosuch'; presets: ")
+
+
+def test_sim_memory_blames_the_dense_strategy_as_sim_run_does(capsys):
+    """A dense Mixtral does not fit: the error names --strategy (the user gave no --offload)."""
+    for argv in (["memory", "--strategy", "dense"], ["run", "--strategy", "dense", "--decode-tokens", "4"]):
+        assert main(argv) == 2
+        assert _one_line_error(capsys).startswith("error: --strategy: the dense strategy keeps every weight in DRAM")

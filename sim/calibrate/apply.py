@@ -26,6 +26,7 @@ TRACE_CACHE = 4
 # and writing their YAML cost more than the evaluation they serve (sim sensitivity's thousands).
 _PRESETS: OrderedDict[tuple, dict[str, Any]] = OrderedDict()
 PRESET_CACHE = 8
+RUN_ID = "run"  # the point-like id of a run configuration (run_facts), not a published point
 
 
 def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
@@ -55,11 +56,14 @@ def applicable(unknowns: list[Unknown], point: Mapping[str, Any]) -> list[Unknow
 
 
 def run_overrides(point: Mapping[str, Any], values: Mapping[Unknown, float], *, decode_tokens: int,
-                  warmup_tokens: int = 16, seed: int = 0) -> dict[str, Any]:
+                  warmup_tokens: int = 16, seed: int = 0,
+                  profile_edits: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Keyword arguments of :func:`sim.engine.simulation.simulate` that put ``values`` into the point's run.
 
     Only the values whose scope covers the point are used; none gives ``{}`` (the run as
-    published.yaml states it).
+    published.yaml states it). ``profile_edits``: the run's own ``--set`` edits
+    (``RunConfig.overrides``), which the run applies on top, so an edited trace is made for
+    the model as the run will see it (``--set model.n_layers=16`` a 16-layer trace).
     """
     from sim.profiles.edits import edit_device, edit_model
 
@@ -75,7 +79,10 @@ def run_overrides(point: Mapping[str, Any], values: Mapping[Unknown, float], *, 
     if by_kind["knobs"]:
         out["knobs"] = {**(point.get("knobs") or {}), **by_kind["knobs"]}
     if by_kind["preset"]:
-        out.update(_edited_trace(point, out.get("model", point["model"]), by_kind["preset"],
+        from sim.profiles.edits import apply_overrides
+
+        model = apply_overrides("model", out.get("model", point["model"]), profile_edits or {})
+        out.update(_edited_trace(point, model, by_kind["preset"],
                                  decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed))
     return out
 
@@ -103,6 +110,8 @@ def _edited_trace(point: Mapping[str, Any], model: Any, edits: dict[str, Any], *
     try:
         raw = _preset_raw(name, profile)
     except SimError as exc:
+        if point.get("id") == RUN_ID:  # a run's own --preset: its error as the uncalibrated run gives it
+            raise
         raise SimError(f"has no trace preset to calibrate: {exc.detail}", source=str(point.get("id")),
                        field="preset") from None
     for path, value in edits.items():
@@ -138,12 +147,13 @@ def _preset_raw(name: str, profile: Any) -> dict[str, Any]:
 
 def run_facts(config: Any) -> dict[str, Any]:
     """A run configuration as the point-like mapping :func:`run_overrides` reads: its device,
-    model, strategy and implementation (the strategy's own unless the run names one) and knobs."""
+    model, strategy and implementation (the strategy's own unless the run names one), knobs,
+    preset and profile length."""
     from sim.profiles.registry import load_device, load_model
 
-    return {"id": "run", "device": load_device(config.device).name, "model": load_model(config.model),
+    return {"id": RUN_ID, "device": load_device(config.device).name, "model": load_model(config.model),
             "strategy": config.strategy, "implementation": config.implementation, "knobs": dict(config.knobs),
-            "preset": config.preset}
+            "preset": config.preset, "profile_tokens": config.profile_tokens}
 
 
 def calibrated_config(config: Any, calibration: Any, *, user_paths: tuple[str, ...] = ()) -> Any:
@@ -166,7 +176,8 @@ def calibrated_config(config: Any, calibration: Any, *, user_paths: tuple[str, .
               if not ({f"{u.kind}.{u.field_path}", u.field_path} & mine)
               and not (u.kind == "preset" and (config.trace is not None or not activations))}
     over = run_overrides({**facts, "device": config.device, "model": config.model}, values,
-                         decode_tokens=config.decode_tokens, warmup_tokens=config.warmup_tokens, seed=config.seed)
+                         decode_tokens=config.decode_tokens, warmup_tokens=config.warmup_tokens, seed=config.seed,
+                         profile_edits=config.overrides)
     if not over:
         return config
     if "knobs" in over:  # the user's knobs win: the ones they named, or set to other than the default

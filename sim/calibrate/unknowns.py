@@ -155,13 +155,17 @@ def select(items: list[Any], selection: str | list[str] | None, what: str, flag:
     """The items whose name matches any comma-separated glob of ``selection`` (None: all).
 
     A pattern that matches nothing is an error naming the flag, so a typo never quietly
-    calibrates (or predicts) on fewer items than the user asked for.
+    calibrates (or predicts) on fewer items than the user asked for; so is a pattern given
+    twice (overlapping globs are fine: together they name a set).
     """
     if selection is None:
         return list(items)
     patterns = [p.strip() for p in (selection.split(",") if isinstance(selection, str) else selection)]
     if not patterns or not all(patterns):
         raise SimError(f"expected comma-separated {what} names or globs, got {selection!r}", field=flag)
+    repeated = sorted({p for p in patterns if patterns.count(p) > 1})
+    if repeated:  # a point (or unknown) selected twice: a fit weighs each once, so say so rather than drop it
+        raise SimError(f"{', '.join(map(repr, repeated))} given twice; give each {what} once", field=flag)
     names = [key(item) for item in items]
     for pattern in patterns:
         if not fnmatch.filter(names, pattern):

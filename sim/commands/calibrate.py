@@ -56,7 +56,13 @@ def calibrate_cmd(
     check_int(max_evals, "--max-evals", 1, 100_000)
     if cv_max_evals is not None:
         check_int(cv_max_evals, "--cv-max-evals", 1, 100_000)
-    check_output(out, "--out", suffixes=(".yaml", ".yml"))
+    from sim.calibrate.unknowns import registry_path
+    from sim.validation import published_path
+
+    # the files the fit reads: the unknowns' registry and the published points too, which an
+    # editable install keeps in the user's checkout
+    check_output(out, "--out", suffixes=(".yaml", ".yml"),
+                 inputs={"--start": start, "unknowns registry": registry_path(), "published points": published_path()})
     from sim.calibrate.evaluator import default_workers
     from sim.calibrate.fit import LOSSES
 

@@ -47,15 +47,25 @@ def compare(
     from sim.outputs import json_text
 
     combos = list(itertools.product(_names(devices), _names(strategies), _names(calibrations)))
+    given = [flag for flag, text in (("--devices", devices), ("--strategies", strategies),
+                                     ("--calibrations", calibrations)) if text]
     if len(combos) < 2:
-        raise SimError("give at least two of something to compare (e.g. --devices oneplus-12,pixel-8-pro)",
-                       field="--devices")
+        raise SimError("give at least two of something to compare, e.g. --devices oneplus-12,pixel-8-pro"
+                       + (f"; {given[0]} names one" if given else ""), field=given[0] if given else "--devices")
     rows = []
     for device, strategy, calibration in combos:
         opts = {**options, **({"device": device} if device else {}), **({"strategy": strategy} if strategy else {})}
-        request = run_cmd.run_request(plan=None, sets=sets, calibration=calibration, **opts)
-        with request.knob_errors():
-            s = request.simulate().summary
+        try:
+            request = run_cmd.run_request(plan=None, sets=sets, calibration=calibration, **opts)
+            with request.knob_errors():
+                s = request.simulate().summary
+        except SimError as exc:  # a name from one of the lists: blame the list's flag, not sim run's
+            lists = {"--device": ("--devices", devices), "--strategy": ("--strategies", strategies),
+                     "--calibration": ("--calibrations", calibrations)}
+            flag, text = lists.get(exc.field or "", (None, None))
+            if text:
+                raise SimError(exc.detail, source=exc.source, field=flag) from None
+            raise
         if uncertainty:
             run_cmd.add_interval(s, request, samples)
         b = (s.get("bottleneck") or {}).get("token") or {}

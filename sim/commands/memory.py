@@ -53,9 +53,13 @@ def memory(
     strat = get_strategy(strategy)
     # the strategy's own memory rules, as sim run applies them (dense: every weight in DRAM)
     offload = strat.check_run({"memory_budget": memory_budget, "offload": offload, "policy": None})["offload"]
-    plan = plan_memory(mod, dev, budget=memory_budget, offload=offload,
-                       weights_dtype=check_dtype(weights_dtype), context_tokens=context_tokens,
-                       predictor=strat.uses_predictor, split_scales=strat.split_scales)
+    dtype = check_dtype(weights_dtype)
+    try:
+        plan = plan_memory(mod, dev, budget=memory_budget, offload=offload, weights_dtype=dtype,
+                           context_tokens=context_tokens, predictor=strat.uses_predictor,
+                           split_scales=strat.split_scales)
+    except SimError as exc:  # as sim run words it (dense: the strategy, not an --offload the user never gave)
+        raise strat.memory_error(exc) from None
     if json_out:
         print(json_text({**plan.to_dict(), "overrides": overrides}))
         return

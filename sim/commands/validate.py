@@ -94,8 +94,14 @@ def validate_cmd(
                 value = cv_mapes.get(key)
                 return "-" if value is None or not math.isfinite(value) else f"{value:.1f}%"
 
-            why = "" if cv_mapes["cross_validated"] else (" (this calibration has no cross-validation folds: "
-                                                          "`sim calibrate` without --no-cv makes them)")
+            if cv_mapes["cross_validated"]:
+                why = ""
+            elif not cv_mapes["points"]:
+                why = " (none of the selected points has a prediction)"
+            elif not getattr(cal, "folds", None):
+                why = " (this calibration has no cross-validation folds: `sim calibrate` without --no-cv makes them)"
+            else:
+                why = " (none of the selected points is one the calibration was fitted on)"
             console.print(f"cross-validated MAPE {pct('mape_cv_pct')}{why}, in-sample {pct('mape_in_sample_pct')}, "
                           f"uncalibrated {pct('mape_uncalibrated_pct')}, over {cv_mapes['points']} points; "
                           f"calibration {cal.source}", markup=False, highlight=False)

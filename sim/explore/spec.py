@@ -62,6 +62,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from pydantic import Field
 
+from sim.checks import INT64_MAX
 from sim.errors import SimError
 from sim.explore.resolve import Resolver, classify, config_columns, digest, resolve_settings, version
 from sim.profiles.edits import PATH_ERROR
@@ -86,7 +87,7 @@ class RangeAxis(Strict):
 class SampleSpec(Strict):
     method: Literal["lhs", "random"] = "lhs"
     n: int = Field(ge=1, le=MAX_POINTS)
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=INT64_MAX)  # numpy's generators take no negative seed
     ranges: dict[str, RangeAxis] = Field(min_length=1)
 
 
@@ -147,6 +148,10 @@ def expand(spec: SweepSpec, base_dir: Path | None = None, source: str = "spec") 
             classify(key, source, "base")
     if "knobs" in base and not isinstance(base["knobs"], dict):
         raise SimError("must be a mapping of knob names to values", source=source, field="base.knobs")
+    for knob in base.get("knobs") or {}:  # one of the two would silently win
+        if f"knobs.{knob}" in base:
+            raise SimError(f"sets {knob} as base.knobs does too; give each knob once", source=source,
+                           field=f"base.knobs.{knob}")
     base_origins = {key: f"base.{key}" for key in base}
     resolver = Resolver(base_dir or Path.cwd(), source)
     points = []

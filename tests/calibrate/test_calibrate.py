@@ -55,6 +55,15 @@ def test_a_point_used_twice_is_refused():
     assert exc.value.field == "--points"
 
 
+def test_a_point_named_twice_on_the_command_line_is_refused(capsys):
+    """`sim calibrate --points a,a` is refused before any run, not fitted on the one point."""
+    argv = ["calibrate", "--points", "pi2-mixtral-19gb,pi2-mixtral-19gb,pi2-mixtral-7gb", "--params",
+            "mixtral-density", "--max-evals", "1", "--no-cv"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: --points: 'pi2-mixtral-19gb' given twice; give each point once", err
+
+
 def test_more_parameters_than_half_the_points_is_refused():
     points = _points("pi2-mixtral-7gb-mem-cache,pi2-mixtral-7gb-mem-predictors,pi2-mixtral-7gb")
     unknowns = [_unknown("mixtral-predictor-rank"), _unknown("mixtral-persistence")]
@@ -251,3 +260,19 @@ def test_the_robust_losses_fit_too(loss):
     cost = lambda r: sum(v * v for v in r.values())  # noqa: E731
     assert cost(result.residuals) < cost(result.initial_residuals)
 
+
+
+def test_a_calibrated_run_keeps_its_own_profile_edits_and_profile_length():
+    """The bundled calibration edits TurboSparse-Mistral's preset, so the run's trace is made
+    again: for the model as the run's --set edits leave it and with the run's --profile-tokens
+    (a trace of the unedited model's 32 layers, or a 64-token profile, was the run's before)."""
+    from sim.calibrate.apply import calibrated_config
+    from sim.engine.config import RunConfig
+
+    config = RunConfig.of(model="turbosparse-mistral-7b", overrides={"model.n_layers": 16}, profile_tokens=8,
+                          decode_tokens=4)
+    calibrated = calibrated_config(config, load_calibration(None))
+    assert calibrated.trace is not None and calibrated.trace.meta.n_layers == 16
+    assert calibrated.profile_tokens == 8
+    assert calibrated.trace.meta.n_tokens == 8 + config.warmup_tokens + 4
+    assert calibrated.overrides == {"model.n_layers": 16}

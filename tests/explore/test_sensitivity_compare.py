@@ -7,6 +7,7 @@ import json
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -58,6 +59,19 @@ def test_compare_puts_two_phones_in_one_table_with_intervals_and_bottlenecks(cap
     text = capsys.readouterr().out
     assert "95% CI" in text and "bottleneck" in text and "pixel-8-pro" in text
     assert main(["compare", *SMALL]) == 2  # nothing to compare
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["--strategies", "powerinfer2"], "error: --strategies: give at least two of something to compare, e.g. "
+                                      "--devices oneplus-12,pixel-8-pro; --strategies names one"),
+    (["--strategies", "foo,powerinfer2"], "error: --strategies: unknown strategy 'foo'; choose one of "),
+    (["--devices", "oneplus-12,nosuch"], "error: --devices: unknown device 'nosuch'; "),
+])
+def test_a_bad_list_names_the_list_flag(capsys, argv, error):
+    """sim compare's errors name its own flags (--strategies), not sim run's (--strategy)."""
+    assert main(["compare", *argv, *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(error) and err.count("\n") == 1, err
 
 
 @settings(max_examples=50, deadline=None)

@@ -138,10 +138,17 @@ def test_misspelt_field_is_a_spec_error_but_an_invalid_value_fails_only_its_poin
     assert len(ok) == 1 and ok[0].task["knobs"]["cluster_neurons"] == 64
 
 
+def test_a_knob_given_twice_in_base_is_refused():
+    """base.knobs and a base.knobs.<name> key for the same knob: one would silently win."""
+    with pytest.raises(SimError, match=r"base\.knobs\.cluster_neurons: sets cluster_neurons as base\.knobs does too"):
+        expand(spec_from_mapping({"base": {"knobs": {"cluster_neurons": 128}, "knobs.cluster_neurons": 256}}))
+
+
 @pytest.mark.parametrize("bad, match", [
     ({"grid": {"memory_budget": []}}, "grid.memory_budget"),
     ({"grdi": {}}, "grdi: unknown field"),
     ({"sample": {"n": 0, "ranges": {"seed": {"low": 0, "high": 3}}}}, "sample.n"),
+    ({"sample": {"n": 2, "seed": -1, "ranges": {"offload": {"low": 0.1, "high": 0.9}}}}, "sample.seed: must be >= 0"),
     ({"seeds": "zero"}, "seeds"),
 ])
 def test_spec_schema_errors_are_one_line(bad, match):
