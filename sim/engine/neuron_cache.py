@@ -66,10 +66,14 @@ def timed_policy_options(policy: str, popularity: np.ndarray | None, options: di
     return out
 
 
+_MAX_COUNT = 1 << 20  # profile counts are at most the profiled tokens; beyond this, sort
+
+
 def _top(popularity: np.ndarray, n: int, exclude: np.ndarray | None) -> np.ndarray:
     """The ``n`` most popular keys outside ``exclude``, least popular first, ties in key order
     (:func:`~sim.engine.scheduler.top_counted` for activation counts; a sort otherwise)."""
-    if np.issubdtype(popularity.dtype, np.integer) and popularity.size and popularity.min() >= 0:
+    counted = np.issubdtype(popularity.dtype, np.integer) and popularity.size and popularity.min() >= 0
+    if counted and popularity.max() <= _MAX_COUNT:  # a histogram of that many bins is cheap
         return top_counted(popularity, n, np.zeros(0, dtype=np.bool_) if exclude is None else exclude)
     keys = np.arange(popularity.size) if exclude is None else np.flatnonzero(~exclude)
     chosen = keys[np.lexsort((keys, -popularity[keys]))][:n]  # most popular first, ties by key
