@@ -12,6 +12,7 @@ from __future__ import annotations
 import fnmatch
 import functools
 import math
+from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from sim.bundled import bundled_dir
 from sim.errors import SimError
+from sim.lru import kept
 from sim.profiles.schema import validate
 from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 
@@ -26,6 +28,7 @@ from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 SCOPE_KINDS = ("model", "model_family", "implementation", "device", "os")
 PATH_KINDS = ("model", "device", "knobs", "preset")
 REGISTRY_NAME = "unknowns.yaml"
+_REGISTRY: OrderedDict[tuple, list[Unknown]] = OrderedDict()  # the bundled registry as parsed, by version
 
 
 class Unknown(BaseModel):
@@ -122,13 +125,27 @@ def registry_path() -> Path:
 
 
 def load_unknowns(path: str | Path | None = None) -> list[Unknown]:
-    """The unknowns of the bundled registry (or of ``path``), names unique."""
+    """The unknowns of the bundled registry (or of ``path``), names unique. The bundled one is
+    parsed once per version of the file (unknowns are immutable; the list is a fresh copy)."""
     if path is None:
         source = registry_path()
-        raw = load_yaml_text(source.read_text(encoding="utf-8"), str(source))
-    else:
-        source = Path(path)
-        raw = load_yaml_file(source)
+        return list(kept(_REGISTRY, registry_version(), lambda: _parsed(source, load_yaml_text(
+            source.read_text(encoding="utf-8"), str(source))), 2))
+    source = Path(path)
+    return _parsed(source, load_yaml_file(source))
+
+
+def registry_version() -> tuple:
+    """The bundled registry's path, size and modification time: what a parse of it depends on."""
+    source = registry_path()
+    try:
+        stat = source.stat()
+    except OSError:
+        return (str(source),)
+    return (str(source), stat.st_mtime_ns, stat.st_size)
+
+
+def _parsed(source: Path, raw: Any) -> list[Unknown]:
     reg = validate(_Registry, raw, str(source))
     seen: set[str] = set()
     for unknown in reg.unknowns:

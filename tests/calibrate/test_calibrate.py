@@ -276,3 +276,22 @@ def test_a_calibrated_run_keeps_its_own_profile_edits_and_profile_length():
     assert calibrated.profile_tokens == 8
     assert calibrated.trace.meta.n_tokens == 8 + config.warmup_tokens + 4
     assert calibrated.overrides == {"model.n_layers": 16}
+
+
+def test_a_calibration_file_is_read_again_when_it_changes_and_each_caller_gets_its_own(tmp_path):
+    """load_calibration parses a file once per version of it (a sweep resolves every point's
+    calibration): a rewritten file is read anew, and a caller's edits never reach the next one."""
+    import os
+
+    from sim.calibrate.calibration import default_path
+
+    path = tmp_path / "cal.yaml"
+    raw = yaml.safe_load(default_path().read_text(encoding="utf-8"))
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    first = load_calibration(path)
+    first.values["mixtral-density"] = -1.0  # a caller's own copy
+    assert load_calibration(path).values["mixtral-density"] == raw["values"]["mixtral-density"]["value"]
+    raw["values"]["mixtral-density"]["value"] = 0.15
+    path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
+    os.utime(path, ns=(1, 1))  # another version on disk, even on a coarse clock
+    assert load_calibration(path).values["mixtral-density"] == 0.15
