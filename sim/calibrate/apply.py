@@ -17,7 +17,7 @@ from typing import Any
 
 from sim.calibrate.unknowns import Unknown
 from sim.errors import SimError
-from sim.lru import kept
+from sim.lru import file_version, kept
 
 # Traces generated from edited presets, kept while a fit evaluates the same values on many points.
 _TRACES: OrderedDict[tuple, Any] = OrderedDict()
@@ -135,13 +135,8 @@ def _preset_raw(name: str, profile: Any) -> dict[str, Any]:
     from sim.traces.derived import preset_for
     from sim.traces.params import PRESET_DIR
 
-    path = PRESET_DIR / f"{name}.yaml"
-    try:
-        stat = path.stat()
-        source: Any = (str(path), stat.st_mtime_ns, stat.st_size)
-    except OSError:  # not a bundled file: derived from the profile
-        source = profile.model_dump_json()
-    key = (name, source)
+    # a bundled file by its version on disk; a derived preset by the profile it is derived from
+    key = (name, file_version(PRESET_DIR / f"{name}.yaml") or profile.model_dump_json())
     return copy.deepcopy(kept(_PRESETS, key, lambda: preset_for(name, profile).raw, PRESET_CACHE))
 
 

@@ -24,7 +24,7 @@ from sim.calibrate.evaluator import Evaluator
 from sim.calibrate.fit import FitResult, check_fit, fit, today
 from sim.calibrate.unknowns import Unknown, load_unknowns, registry_version
 from sim.errors import SimError
-from sim.lru import kept
+from sim.lru import file_version, kept
 from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 
 DEFAULT_NAME = "calibration.yaml"
@@ -181,12 +181,10 @@ def load_calibration(ref: str | Path | None) -> Calibration | None:
         raw = load_yaml_text(path.read_text(encoding="utf-8"), str(path)) if ref is None else load_yaml_file(path)
         return from_mapping(raw, label)
 
-    try:
-        stat = path.stat()
-    except OSError:
+    version = file_version(path)
+    if version is None:
         return parse()  # the reader's own one-line error
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, label, registry_version())
-    return copy.deepcopy(kept(_LOADED, key, parse, LOADED_CACHE))
+    return copy.deepcopy(kept(_LOADED, (version, label, registry_version()), parse, LOADED_CACHE))
 
 
 def from_values(values: Mapping[str, float], source: str) -> Calibration:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from sim.bundled import bundled_dir
 from sim.errors import SimError
-from sim.lru import kept
+from sim.lru import file_version, kept
 from sim.profiles.schema import validate
 from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 
@@ -135,14 +135,9 @@ def load_unknowns(path: str | Path | None = None) -> list[Unknown]:
     return _parsed(source, load_yaml_file(source))
 
 
-def registry_version() -> tuple:
-    """The bundled registry's path, size and modification time: what a parse of it depends on."""
-    source = registry_path()
-    try:
-        stat = source.stat()
-    except OSError:
-        return (str(source),)
-    return (str(source), stat.st_mtime_ns, stat.st_size)
+def registry_version() -> tuple | None:
+    """The bundled registry's version on disk: what a parse of it depends on."""
+    return file_version(registry_path())
 
 
 def _parsed(source: Path, raw: Any) -> list[Unknown]:

@@ -47,8 +47,10 @@ def compare(
     from sim.outputs import json_text
 
     combos = list(itertools.product(_names(devices), _names(strategies), _names(calibrations)))
-    given = [flag for flag, text in (("--devices", devices), ("--strategies", strategies),
-                                     ("--calibrations", calibrations)) if text]
+    # sim run's flag -> this command's list flag and what it was given
+    lists = {"--device": ("--devices", devices), "--strategy": ("--strategies", strategies),
+             "--calibration": ("--calibrations", calibrations)}
+    given = [flag for flag, text in lists.values() if text]
     if len(combos) < 2:
         raise SimError("give at least two of something to compare, e.g. --devices oneplus-12,pixel-8-pro"
                        + (f"; {given[0]} names one" if given else ""), field=given[0] if given else "--devices")
@@ -60,8 +62,6 @@ def compare(
             with request.knob_errors():
                 s = request.simulate().summary
         except SimError as exc:  # a name from one of the lists: blame the list's flag, not sim run's
-            lists = {"--device": ("--devices", devices), "--strategy": ("--strategies", strategies),
-                     "--calibration": ("--calibrations", calibrations)}
             flag, text = lists.get(exc.field or "", (None, None))
             if text:
                 raise SimError(exc.detail, source=exc.source, field=flag) from None
