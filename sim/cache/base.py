@@ -218,22 +218,24 @@ class CachePolicy(ABC):
 
     def run(self, items: np.ndarray, offsets: np.ndarray, *, sizes: np.ndarray | None = None,
             tokens: np.ndarray | None = None, next_use: np.ndarray | None = None,
-            record_evictions: bool = False) -> RunResult:
+            record_evictions: bool = False, check: bool = True) -> RunResult:
         """Serve a block of steps given as CSR (``items[offsets[s]:offsets[s+1]]`` is step s).
 
         Keys must be unique within each step (not checked: this is the replay fast path);
         keys out of range and malformed step bounds are refused. ``tokens`` gives each
         step's token index (default: one token per step); ``next_use`` gives, per request,
         the index of the next step that requests the same key (only Belady reads it).
+        ``check=False`` skips the key and bound checks, for the engine's strategies, which
+        build both from a checked trace and call once per layer or token.
         """
         items = np.ascontiguousarray(items, dtype=np.int64).reshape(-1)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64).reshape(-1)
         n_steps = offsets.shape[0] - 1
         # What the compiled kernels index by: out of range, they would read or write memory
         # that is not theirs (a crash of the interpreter, or a silently corrupt cache).
-        if n_steps < 0 or offsets[0] != 0 or offsets[-1] != items.shape[0] or np.any(np.diff(offsets) < 0):
+        if check and (n_steps < 0 or offsets[0] != 0 or offsets[-1] != items.shape[0] or np.any(np.diff(offsets) < 0)):
             raise SimError(f"must rise from 0 to len(items)={items.shape[0]} (CSR step bounds)", field="offsets")
-        if items.size and (items.min() < 0 or items.max() >= self.n_items):
+        if check and items.size and (items.min() < 0 or items.max() >= self.n_items):
             raise SimError(f"keys must be in [0, n_items={self.n_items})", field="items")
         sizes = self._sizes_of(items) if sizes is None else np.ascontiguousarray(sizes, dtype=np.int64)
         if sizes.shape != items.shape:
