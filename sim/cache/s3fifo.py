@@ -35,31 +35,45 @@ Q_SMALL, Q_MAIN, Q_GHOST = 0, 1, 2
 R_SMALL, R_MAIN, R_GHOST = 1, 2, GHOST
 
 
-@njit(cache=True)
-def _ghost_add(prv, nxt, head, tail, res, size, scal, x):
+@njit(cache=True, inline="always")
+def _ghost_add(prv, nxt, head, tail, res, size, ghost_cap, ghost_used, x):
+    """Remember ``x`` in the ghost queue (evicting the oldest ghosts to fit); returns the ghost
+    queue's bytes after."""
     sz = size[x]
-    if sz > scal[GHOST_CAP]:
+    if sz > ghost_cap:
         res[x] = 0
-        return
-    while scal[GHOST_USED] + sz > scal[GHOST_CAP]:
+        return ghost_used
+    while ghost_used + sz > ghost_cap:
         g = tail[Q_GHOST]
         unlink(prv, nxt, head, tail, Q_GHOST, g)
         res[g] = 0
-        scal[GHOST_USED] -= size[g]
+        ghost_used -= size[g]
     push_head(prv, nxt, head, tail, Q_GHOST, x)
     res[x] = R_GHOST
-    scal[GHOST_USED] += sz
+    return ghost_used + sz
 
 
 @njit(cache=True)
 def s3fifo_kernel(prv, nxt, head, tail, freq, res, size, pin, scal, items, sizes, offsets, hit, evbuf, record):
+    # The scalar state lives in locals for the call (written back at the end): kept in
+    # registers, where slots of ``scal`` would be reloaded after every store to an array
+    # the compiler cannot prove distinct. A llama.cpp page cache steps once per chunk.
     n_ev = 0
     cap = scal[CAP]
     thresh = scal[THRESH]
+    small_cap = scal[SMALL_CAP]
+    main_cap = scal[MAIN_CAP]
+    ghost_cap = scal[GHOST_CAP]
+    used = scal[USED]
+    small_used = scal[SMALL_USED]
+    main_used = scal[MAIN_USED]
+    ghost_used = scal[GHOST_USED]
+    n_small = scal[N_SMALL]
+    n_main = scal[N_MAIN]
+    has_evicted = scal[HAS_EVICTED]
+    sid = scal[STEP]
     ghost_hit = np.zeros(items.shape[0], dtype=np.bool_)
     for s in range(offsets.shape[0] - 1):
-        sid = scal[STEP]
-        scal[STEP] = sid + 1
         lo = offsets[s]
         hi = offsets[s + 1]
         pinned = 0
@@ -82,20 +96,20 @@ def s3fifo_kernel(prv, nxt, head, tail, freq, res, size, pin, scal, items, sizes
                 if r == R_GHOST:
                     unlink(prv, nxt, head, tail, Q_GHOST, x)
                     res[x] = 0
-                    scal[GHOST_USED] -= size[x]
+                    ghost_used -= size[x]
                     ghost_hit[i] = True
         for i in range(lo, hi):
             if hit[i]:
                 continue
             x = items[i]
             sz = sizes[i]
-            if sz > cap - pinned or sz > scal[SMALL_CAP]:
+            if sz > cap - pinned or sz > small_cap:
                 continue
-            while scal[USED] + sz > cap:
-                scal[HAS_EVICTED] = 1
-                small_free = scal[N_SMALL] - pin_small
-                main_free = scal[N_MAIN] - pin_main
-                use_main = scal[MAIN_USED] > scal[MAIN_CAP] or scal[SMALL_USED] == 0
+            while used + sz > cap:
+                has_evicted = 1
+                small_free = n_small - pin_small
+                main_free = n_main - pin_main
+                use_main = main_used > main_cap or small_used == 0
                 if use_main and main_free == 0:
                     use_main = False
                 elif not use_main and small_free == 0:
@@ -114,57 +128,66 @@ def s3fifo_kernel(prv, nxt, head, tail, freq, res, size, pin, scal, items, sizes
                             push_head(prv, nxt, head, tail, Q_MAIN, v)
                         else:
                             res[v] = 0
-                            scal[MAIN_USED] -= size[v]
-                            scal[N_MAIN] -= 1
-                            scal[USED] -= size[v]
+                            main_used -= size[v]
+                            n_main -= 1
+                            used -= size[v]
                             if record:
                                 evbuf[n_ev] = v
                             n_ev += 1
                             break
                 else:
-                    while scal[N_SMALL] - pin_small > 0:
+                    while n_small - pin_small > 0:
                         v = tail[Q_SMALL]
                         unlink(prv, nxt, head, tail, Q_SMALL, v)
                         if pin[v] == sid:
                             push_head(prv, nxt, head, tail, Q_SMALL, v)
                             continue
-                        scal[SMALL_USED] -= size[v]
-                        scal[N_SMALL] -= 1
+                        small_used -= size[v]
+                        n_small -= 1
                         if freq[v] >= thresh:
                             push_head(prv, nxt, head, tail, Q_MAIN, v)
                             res[v] = R_MAIN
                             freq[v] = 0
-                            scal[MAIN_USED] += size[v]
-                            scal[N_MAIN] += 1
+                            main_used += size[v]
+                            n_main += 1
                         else:
-                            scal[USED] -= size[v]
+                            used -= size[v]
                             if record:
                                 evbuf[n_ev] = v
                             n_ev += 1
-                            if scal[GHOST_CAP] > 0:
-                                _ghost_add(prv, nxt, head, tail, res, size, scal, v)
+                            if ghost_cap > 0:
+                                ghost_used = _ghost_add(prv, nxt, head, tail, res, size, ghost_cap, ghost_used, v)
                             else:
                                 res[v] = 0
                             break
-            if not ghost_hit[i] and sz >= scal[SMALL_CAP]:
+            if not ghost_hit[i] and sz >= small_cap:
                 continue  # libCacheSim makes room, then refuses objects as large as the small queue
             size[x] = sz
             freq[x] = 0
             pin[x] = sid
             pinned += sz
-            scal[USED] += sz
-            if ghost_hit[i] or (scal[HAS_EVICTED] == 0 and scal[SMALL_USED] >= scal[SMALL_CAP]):
+            used += sz
+            if ghost_hit[i] or (has_evicted == 0 and small_used >= small_cap):
                 push_head(prv, nxt, head, tail, Q_MAIN, x)
                 res[x] = R_MAIN
-                scal[MAIN_USED] += sz
-                scal[N_MAIN] += 1
+                main_used += sz
+                n_main += 1
                 pin_main += 1
             else:
                 push_head(prv, nxt, head, tail, Q_SMALL, x)
                 res[x] = R_SMALL
-                scal[SMALL_USED] += sz
-                scal[N_SMALL] += 1
+                small_used += sz
+                n_small += 1
                 pin_small += 1
+        sid += 1
+    scal[STEP] = sid
+    scal[USED] = used
+    scal[SMALL_USED] = small_used
+    scal[MAIN_USED] = main_used
+    scal[GHOST_USED] = ghost_used
+    scal[N_SMALL] = n_small
+    scal[N_MAIN] = n_main
+    scal[HAS_EVICTED] = has_evicted
     return n_ev
 
 

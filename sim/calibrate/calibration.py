@@ -145,7 +145,10 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
                 folds[group] = {u.name: vals[u.name] for u in unknowns}
     meta = {"made_by": made_by, "code_version": _code_version(), "date": today(),
             "decode_tokens": decode_tokens, "max_evals": max_evals,
-            "cv_max_evals": cv_max_evals or max_evals, "loss": loss, "evaluations": full.evaluations,
+            "cv_max_evals": cv_max_evals or max_evals, "loss": loss,
+            # where the full fit began, when not at the priors' centres: the file alone reruns it
+            **({"start": {u.name: _num(float(start[u.name])) for u in unknowns if u.name in start}} if start else {}),
+            "evaluations": full.evaluations,
             "warnings": list(full.warnings), "fold_notes": notes,
             "residuals": {i: {"before": _num(full.initial_residuals[i]), "after": _num(full.residuals[i])}
                           for i in full.points}}

@@ -52,8 +52,9 @@ class FitResult:
     evaluations: int
     decode_tokens: int
     warnings: list[str] = field(default_factory=list)
-    # per point, per unknown: |d log(predicted) / d unit coordinate|, the larger of the start's
-    # and the solution's (what a cross-validation fold uses to see which unknowns its points move)
+    # per point, per unknown: |d log(predicted) / d unit coordinate|, the largest of the start's,
+    # the solution's and the priors' centres' (what a cross-validation fold, which starts at the
+    # centres, uses to see which unknowns its points move)
     sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def values_by_unknown(self) -> dict[Unknown, float]:
@@ -192,7 +193,11 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     warnings = [f"{name} ended at its prior's bound: a sign of a missing mechanism, not a value to trust"
                 for name in at_bound]
     ids = [str(p["id"]) for p in points]
-    sensitivity = np.maximum(np.abs(jac0), np.abs(np.asarray(jacobian(sol.x))))
+    # where the folds start (the priors' centres) too, when the search began elsewhere: a fold
+    # judges which unknowns its points move there, not only where a warm start and the solution lie
+    centre = np.full(len(unknowns), 0.5)
+    ends = [jac0, np.asarray(jacobian(sol.x)), *([jacobian(centre)] if not np.allclose(u0, centre) else [])]
+    sensitivity = np.max(np.abs(np.stack(ends)), axis=0)
     return FitResult(unknowns, {u.name: v for u, v in values.items()}, sigma, at_bound, ids,
                      dict(zip(ids, sol.fun.tolist(), strict=True)), dict(zip(ids, r0.tolist(), strict=True)),
                      evaluations, decode_tokens, warnings,

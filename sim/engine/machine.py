@@ -133,6 +133,7 @@ class Machine:
         self.cpu_demand_gbps: dict[str, float] = {}  # running CPU thread -> bandwidth it would use
         self.active_issuers = 0
         self._phase_memo: dict[tuple, float] = {}  # barrier phases' durations (see cpu_parallel)
+        self._shares_memo: dict[tuple, list[tuple[str, int, int]]] = {}  # see _issuer_shares
 
     # -- booking: strategies that schedule a phase themselves (one compiled call) book its
     # busy time and traffic here, never in ``usage`` directly, so the machine stays the one
@@ -481,12 +482,23 @@ class Machine:
         """Each core the threads occupy is busy for ``duration`` once, shared by the threads on
         its cluster: 6 of 32 readers on a one-core cluster charge that core 100%, not 6/32 of
         all the cores the readers use."""
-        per_cluster: dict[str, int] = defaultdict(int)
-        for th in threads:
-            per_cluster[th.core.name] += 1
-        for th in threads:
-            n = per_cluster[th.core.name]
-            self.usage.busy_s[th.name] += duration * min(n, th.core.cores) / n
+        busy = self.usage.busy_s
+        for name, cores, n in self._issuer_shares(threads):
+            busy[name] += duration * cores / n
+
+    def _issuer_shares(self, threads: list[Thread]) -> list[tuple[str, int, int]]:
+        """Per thread of a batch its share of the busy time (remembered per set of threads: a
+        reader pool hands out the same few sets, and a port's 32 readers charge every batch)."""
+        key = tuple(th.name for th in threads)
+        shares = self._shares_memo.get(key)
+        if shares is None:
+            per_cluster: dict[str, int] = defaultdict(int)
+            for th in threads:
+                per_cluster[th.core.name] += 1
+            shares = [(th.name, min(per_cluster[th.core.name], th.core.cores), per_cluster[th.core.name])
+                      for th in threads]
+            self._shares_memo[key] = shares
+        return shares
 
     # -- accelerators ------------------------------------------------------------------------
     def accel_time_s(self, unit: str, weight_bytes: float, ops: float, dtype: str, agents: frozenset[str],

@@ -120,6 +120,26 @@ def test_a_preset_unknown_keeps_the_points_own_profile_length():
         run_overrides(recorded, {sigma: 3.0}, decode_tokens=4)
 
 
+def test_a_warm_started_fit_reports_what_its_points_move_at_the_priors_centres(monkeypatch):
+    """Cross-validation folds start at the priors' centres and refit the unknowns their points
+    move, so a fit started elsewhere (``--start``) still measures the sensitivities there: a
+    point flat around the start and the solution but not at the centre still counts as moved."""
+    import sim.calibrate.evaluator as evaluator
+
+    points = _points(MEMORY)
+    rank = _unknown("mixtral-predictor-rank")
+
+    def bump(point, values, *, decode_tokens):  # the published figure, off only near the centre
+        u = rank.to_unit(values[rank]) if rank in values else 0.5
+        return float(point["published"]) * math.exp(max(0.0, 0.1 - abs(u - 0.5)))
+
+    monkeypatch.setattr(evaluator, "predict", bump)
+    start = rank.from_unit(0.95)
+    warm = fit(points, [rank], max_evals=3, start={rank.name: start})
+    assert abs(rank.to_unit(warm.values[rank.name]) - 0.5) > 0.1  # flat where it started and ended
+    assert all(s[rank.name] > 0.5 for s in warm.sensitivity.values())  # the centre's slope (~1)
+
+
 def test_the_fit_reduces_the_error_and_stays_in_the_prior():
     points = _points(MEMORY)
     rank = _unknown("mixtral-predictor-rank")

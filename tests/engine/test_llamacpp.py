@@ -182,3 +182,39 @@ def test_the_union_of_file_ranges_is_numpys_unique(sizes, chunk, pick):
     chosen = sorted(pick.draw(st.sets(st.integers(0, len(ranges) - 1), min_size=1)))
     parts = [ranges[i] for i in chosen]
     assert np.array_equal(_sorted_union(parts), np.unique(np.concatenate(parts)))
+
+
+@pytest.mark.parametrize("model_name", ["tiny-dense", "tiny-moe"])
+def test_a_tokens_faults_in_one_call_are_the_chunk_by_chunk_faults(models, model_name):
+    """A token's chunks served in one page-cache call fault exactly where serving each
+    layer's attention, then its experts, then the LM head one call at a time does, layer by
+    layer (the split the steps charge), through evictions of a cache smaller than a token."""
+    import simpy
+
+    from sim.engine.machine import Machine
+    from sim.engine.simulation import check_options, make_strategy, profile_counts, run_trace
+    from sim.engine.strategies.base import TokenStats
+    from sim.engine.workload import iter_token_layers
+
+    model = models[model_name]
+    m = load_model(model)
+    n = 12
+    trace = trace_for(model, n, experts=np.arange(n, dtype=np.int16) % 4 if m.n_experts > 1 else None)
+    setup = check_options("oneplus-12", model, "llamacpp", trace=trace, prompt_tokens=8, decode_tokens=n - 4,
+                          warmup_tokens=4, memory_budget=int(model_weight_bytes(m, "int4") * 0.4) + 301_000_000)
+    tr, profile_tokens, _ = run_trace(setup)
+    pop = profile_counts(setup, tr, profile_tokens)
+    whole, piecewise = (make_strategy(setup, tr.meta, pop, Machine(simpy.Environment(), setup.device,
+                                                                   setup.compute_cores, setup.io_cores))
+                        for _ in range(2))
+    lay, last, faulted = piecewise.layout, m.n_layers - 1, 0
+    for t, layers in iter_token_layers(tr, 0, n):
+        attn, ffn, head = whole._token_faults(t, layers, TokenStats())
+        stats = TokenStats()
+        for i, work in enumerate(layers):
+            assert attn[i] == piecewise._touch(lay.attention[work.layer], t, stats)
+            assert ffn[i] == piecewise._touch(lay.layer_experts(work.layer, work.experts), t, stats)
+            if work.layer == last:
+                assert head == piecewise._touch(lay.lm_head, t, stats)
+        faulted += sum(attn) + sum(ffn) + head
+    assert faulted > 0  # the cache is smaller than the file: the comparison saw faults

@@ -24,9 +24,13 @@ from sim.explore.sensitivity import (
 SMALL = ["--model", "turbosparse-mistral-7b", "--offload", "0.5", "--decode-tokens", "16"]
 
 
-def _ranking(capsys, seed: int) -> list[str]:
+def _rows(capsys, seed: int) -> list[dict]:
     assert main(["sensitivity", *SMALL, "--trajectories", "4", "--sampler-seed", str(seed), "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    return json.loads(capsys.readouterr().out)
+
+
+def _ranking(capsys, seed: int, rows: list[dict] | None = None) -> list[str]:
+    rows = _rows(capsys, seed) if rows is None else rows
     assert [r["mu_star"] for r in rows] == sorted((r["mu_star"] for r in rows), reverse=True)
     for r, nxt in itertools.pairwise(rows):  # tied: the two mu* intervals overlap
         assert r["tied_with_next"] == (r["mu_star"] - r["mu_star_conf"] <= nxt["mu_star"] + nxt["mu_star_conf"])
@@ -35,8 +39,18 @@ def _ranking(capsys, seed: int) -> list[str]:
 
 
 def test_the_top_three_are_the_same_for_two_sampler_seeds(capsys, tmp_path):
-    a, b = _ranking(capsys, 0), _ranking(capsys, 1)
-    assert a[:3] == b[:3]
+    """Up to ties: an input in one seed's top three and not the other's has a mu* interval that
+    overlaps the other seed's third (the ranking says the two cannot be told apart)."""
+    rows_a, rows_b = _rows(capsys, 0), _rows(capsys, 1)
+    a, b = _ranking(capsys, 0, rows_a), _ranking(capsys, 1, rows_b)
+    assert a[0] == b[0]
+    for mine, other in ((rows_a, rows_b), (rows_b, rows_a)):
+        top = {r["input"] for r in other[:3]}
+        third = other[2]
+        for r in mine[:3]:
+            if r["input"] not in top:
+                there = next(x for x in other if x["input"] == r["input"])
+                assert there["mu_star"] + there["mu_star_conf"] >= third["mu_star"] - third["mu_star_conf"], r["input"]
     assert "pi2-sparse-gemv-speed" in a and "flash curves" in a  # calibrated unknowns and profile fields
     plot = tmp_path / "mu.png"
     assert main(["sensitivity", *SMALL, "--trajectories", "2", "--params", "CPU*,flash*", "--plot", str(plot)]) == 0

@@ -47,7 +47,7 @@ from sim.engine.strategies.base import (
     register,
 )
 from sim.engine.strategies.serial import Step, cpu, on_unit, read, run_steps, steps_time_s
-from sim.engine.workload import LayerWork
+from sim.engine.workload import LayerWork, TokenWork
 from sim.profiles.device import DeviceProfile
 
 # Linux (and Android) default read-ahead window: /sys/block/<dev>/queue/read_ahead_kb = 128.
@@ -154,8 +154,7 @@ class LlamaCpp(Strategy):
                                  item_bytes=knobs.readahead_bytes, strict=False, **timed_policy_options(name, None))
 
     def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
-        for work in layers:
-            self._layer_plan(work, t, stats)
+        self._token_faults(t, layers, stats)
 
     # -- page cache ------------------------------------------------------------------------
     def _touch(self, keys: np.ndarray, t: int, stats: TokenStats) -> int:
@@ -173,13 +172,38 @@ class LlamaCpp(Strategy):
         stats.misses += misses
         return misses
 
-    def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[int, int, int]:
-        """Faults of (attention, chosen experts, LM head after the last layer)."""
+    def _token_faults(self, t: int, layers: list[LayerWork], stats: TokenStats) -> tuple[list[int], list[int], int]:
+        """A token's faults, in one call into the page cache: per layer the attention's and the
+        chosen experts', then the LM head's after the last layer (a call per layer and matrix,
+        ~65 a token, was most of a sweep point's time outside the cache kernel)."""
         lay = self.layout
         self.last_token = max(self.last_token, t)
-        attn = self._touch(lay.attention[work.layer], t, stats)
-        ffn = self._touch(lay.layer_experts(work.layer, work.experts), t, stats)
-        head = self._touch(lay.lm_head, t, stats) if work.layer == self.ctx.model.n_layers - 1 else 0
+        last = self.ctx.model.n_layers - 1
+        work = TokenWork.from_layers(layers)  # the layers and their experts (no neuron ids gathered)
+        layer_ids = work.layer_ids.tolist()
+        parts: list[np.ndarray] = []
+        for layer, experts in zip(layer_ids, work.experts, strict=True):  # in file order; the LM head last
+            parts += [lay.attention[layer], lay.layer_experts(layer, experts)]
+            if layer == last:
+                parts.append(lay.lm_head)
+        sizes = [p.size for p in parts]
+        keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        steps = np.arange(keys.size + 1, dtype=np.int64)  # each chunk its own step, as _touch
+        hit = self.cache.run(keys, steps, tokens=np.full(keys.size, max(t, 0), dtype=np.int64), check=False).hit
+        ends = np.cumsum([0, *sizes])
+        missed = np.concatenate(([0], np.cumsum(~hit)))[ends]
+        misses = np.diff(missed).tolist()
+        n_miss = int(sum(misses))
+        stats.requests += int(keys.size)
+        stats.hits += int(keys.size) - n_miss
+        stats.misses += n_miss
+        attn, ffn, head, i = [], [], 0, 0
+        for layer in layer_ids:
+            attn.append(misses[i])
+            ffn.append(misses[i + 1])
+            i += 2
+            if layer == last:
+                head, i = head + misses[i], i + 1
         return attn, ffn, head
 
     def _fault(self, n: int) -> Step:
@@ -188,10 +212,8 @@ class LlamaCpp(Strategy):
     def _token_steps(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> list[Step]:
         costs, dtype = self.ctx.costs, self.ctx.dtype
         steps: list[Step] = []
-        head_faults = 0
-        for work in layers:
-            attn_faults, ffn_faults, head = self._layer_plan(work, t, stats)
-            head_faults += head
+        attn, ffn, head_faults = self._token_faults(t, layers, stats)
+        for attn_faults, ffn_faults in zip(attn, ffn, strict=True):
             w = costs.attention(context_tokens) + costs.router()
             steps += [self._fault(attn_faults), cpu("attention_s", "attention", w.weight_bytes, w.ops, dtype)]
             w = costs.dense_ffn()

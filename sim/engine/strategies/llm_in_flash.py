@@ -195,16 +195,16 @@ class LlmInFlash(Strategy):
             stats.misses += n
             return n, n, n, 0
         used0 = self.policy.used_bytes
-        res = self.policy.step(keys, token=t, check=False)
-        n_miss = res.misses
+        res = self.policy.run(keys, np.array([0, n]), tokens=np.array([t]), record_evictions=True, check=False)
+        n_miss = n - int(np.count_nonzero(res.hit))
         evicted = res.evicted
+        assert evicted is not None  # recorded
         inserted = (self.policy.used_bytes - used0) // self.row_bytes + evicted.size
         # Misses are inserted in key order until the step's pinned bytes fill the capacity;
         # the rest are read, used and dropped (bypassed).
-        missed = res.missed
         groups = self.ctx.meta.n_neurons
         if inserted:
-            self.rows += np.bincount(missed[:inserted] // groups, minlength=self.n_groups)
+            self.rows += np.bincount(keys[~res.hit][:inserted] // groups, minlength=self.n_groups)
         if evicted.size:
             self.rows -= np.bincount(evicted // groups, minlength=self.n_groups)
         stats.hits += n - n_miss
@@ -260,10 +260,10 @@ class LlmInFlash(Strategy):
 
     # -- decode / prefill / analytic -----------------------------------------------------------
     def decode_token(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> Event:
-        m = self.ctx.machine
-        for work in layers:  # plan each layer when it runs: the window moves layer by layer
-            yield from run_steps(m, self._layer_steps(work, t, context_tokens, stats), stats)
-        yield from run_steps(m, self._head_steps(self.k.decode_unit), stats)
+        # The window moves layer by layer, but nothing else touches it between a token's
+        # layers, so planning them all before the first runs gives the same steps (and one
+        # closed stretch a token instead of one a layer).
+        yield from run_steps(self.ctx.machine, self._token_steps(t, layers, context_tokens, stats), stats)
 
     def analytic_token_s(self, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> float:
         t = self.last_token + 1  # analytic tokens follow the warm-up tokens, as in the DES
