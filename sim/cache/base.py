@@ -171,6 +171,15 @@ class CachePolicy(ABC):
         self._evbuf = np.zeros(0, dtype=np.int64)
         self._auto_token = 0
 
+    def size_bounds(self) -> tuple[int, int]:
+        """(largest, smallest) item size in bytes (1 and 1 with no items): what a kernel's row
+        width and its queue's length are chosen from."""
+        if self._one_size is not None:
+            return self._one_size, self._one_size
+        if not self.n_items:
+            return 1, 1
+        return int(self.item_bytes.max()), int(self.item_bytes.min())
+
     # -- state -------------------------------------------------------------------------
     @property
     def used_bytes(self) -> int:

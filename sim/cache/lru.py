@@ -69,8 +69,8 @@ class LRU(CachePolicy):
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
         super().__init__(capacity_bytes, n_items, item_bytes)
-        self._node = new_rows(self.n_items, max_item_bytes=self._one_size or int(self.item_bytes.max(initial=1)))
-        min_bytes = self._one_size or (int(self.item_bytes.min()) if self.n_items else 1)
+        max_bytes, min_bytes = self.size_bounds()
+        self._node = new_rows(self.n_items, max_item_bytes=max_bytes)
         self._queue = new_queue(self.n_items, self.capacity_bytes, min_bytes)
 
     def resident_mask(self) -> np.ndarray:

@@ -94,8 +94,8 @@ class Window(CachePolicy):
         super().__init__(capacity_bytes, n_items, item_bytes)
         self.window_tokens = check_int(window_tokens, "window_tokens", 1, MAX_TOKEN)
         self._scal[WINDOW] = self.window_tokens
-        self._node = new_rows(self.n_items, 3, max_item_bytes=self._one_size or int(self.item_bytes.max(initial=1)))
-        min_bytes = self._one_size or (int(self.item_bytes.min()) if self.n_items else 1)
+        max_bytes, min_bytes = self.size_bounds()
+        self._node = new_rows(self.n_items, 3, max_item_bytes=max_bytes)
         self._queue = new_queue(self.n_items, self.capacity_bytes, min_bytes)
 
     def advance(self, token: int) -> np.ndarray:

@@ -497,7 +497,8 @@ class Machine:
                 per_cluster[th.core.name] += 1
             shares = [(th.name, min(per_cluster[th.core.name], th.core.cores), per_cluster[th.core.name])
                       for th in threads]
-            self._shares_memo[key] = shares
+            if len(self._shares_memo) < 4096:  # a pool hands out few sets; bounded like _phase_memo
+                self._shares_memo[key] = shares
         return shares
 
     # -- accelerators ------------------------------------------------------------------------

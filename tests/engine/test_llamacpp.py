@@ -212,9 +212,9 @@ def test_a_tokens_faults_in_one_call_are_the_chunk_by_chunk_faults(models, model
         attn, ffn, head = whole._token_faults(t, layers, TokenStats())
         stats = TokenStats()
         for i, work in enumerate(layers):
-            assert attn[i] == piecewise._touch(lay.attention[work.layer], t, stats)
-            assert ffn[i] == piecewise._touch(lay.layer_experts(work.layer, work.experts), t, stats)
+            assert attn[i] == piecewise._serve([lay.attention[work.layer]], t, stats)[0]
+            assert ffn[i] == piecewise._serve([lay.layer_experts(work.layer, work.experts)], t, stats)[0]
             if work.layer == last:
-                assert head == piecewise._touch(lay.lm_head, t, stats)
+                assert head == piecewise._serve([lay.lm_head], t, stats)[0]
         faulted += sum(attn) + sum(ffn) + head
     assert faulted > 0  # the cache is smaller than the file: the comparison saw faults

@@ -157,19 +157,23 @@ class LlamaCpp(Strategy):
         self._token_faults(t, layers, stats)
 
     # -- page cache ------------------------------------------------------------------------
-    def _touch(self, keys: np.ndarray, t: int, stats: TokenStats) -> int:
-        """Access ``keys`` one chunk after another; return how many fault (are read from flash).
+    def _serve(self, parts: list[np.ndarray], t: int, stats: TokenStats) -> list[int]:
+        """Access each part's chunks in turn, in one call into the page cache; per part how many
+        fault (are read from flash).
 
         Each chunk is its own cache step: the threads stream a matrix in file order, so a
         chunk faulted early in a layer may evict one the same layer needs later (a whole
         layer as one pinned step would wrongly keep the tail of a cyclic sweep resident).
         """
+        keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         steps = np.arange(keys.size + 1, dtype=np.int64)
-        res = self.cache.run(keys, steps, tokens=np.full(keys.size, max(t, 0), dtype=np.int64))
-        misses = int(keys.size - np.count_nonzero(res.hit))
+        hit = self.cache.run(keys, steps, tokens=np.full(keys.size, max(t, 0), dtype=np.int64), check=False).hit
+        missed = np.concatenate(([0], np.cumsum(~hit)))[np.cumsum([0, *(p.size for p in parts)])]
+        misses = np.diff(missed).tolist()
+        n_miss = int(sum(misses))
         stats.requests += int(keys.size)
-        stats.hits += int(keys.size) - misses
-        stats.misses += misses
+        stats.hits += int(keys.size) - n_miss
+        stats.misses += n_miss
         return misses
 
     def _token_faults(self, t: int, layers: list[LayerWork], stats: TokenStats) -> tuple[list[int], list[int], int]:
@@ -186,17 +190,7 @@ class LlamaCpp(Strategy):
             parts += [lay.attention[layer], lay.layer_experts(layer, experts)]
             if layer == last:
                 parts.append(lay.lm_head)
-        sizes = [p.size for p in parts]
-        keys = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        steps = np.arange(keys.size + 1, dtype=np.int64)  # each chunk its own step, as _touch
-        hit = self.cache.run(keys, steps, tokens=np.full(keys.size, max(t, 0), dtype=np.int64), check=False).hit
-        ends = np.cumsum([0, *sizes])
-        missed = np.concatenate(([0], np.cumsum(~hit)))[ends]
-        misses = np.diff(missed).tolist()
-        n_miss = int(sum(misses))
-        stats.requests += int(keys.size)
-        stats.hits += int(keys.size) - n_miss
-        stats.misses += n_miss
+        misses = self._serve(parts, t, stats)
         attn, ffn, head, i = [], [], 0, 0
         for layer in layer_ids:
             attn.append(misses[i])
@@ -236,8 +230,8 @@ class LlamaCpp(Strategy):
         head: per layer, then the head, how many chunks came from flash. A stateful page cache
         (S3-FIFO's queues) remembers this sweep, so the analytic mode makes it too."""
         self.prefilled = True
-        faults = [self._touch(self.layout.whole_layer(layer), -1, stats) for layer in range(self.ctx.model.n_layers)]
-        return [*faults, self._touch(self.layout.lm_head, -1, stats)]
+        parts = [self.layout.whole_layer(layer) for layer in range(self.ctx.model.n_layers)]
+        return self._serve([*parts, self.layout.lm_head], -1, stats)
 
     def prefill(self, stats: TokenStats) -> Event:
         """Fault in each layer's whole weights, compute; then the LM head."""
