@@ -3,12 +3,15 @@
 LRU only ever needs two things from its recency list: "this item was just used" and "which
 resident item was used least recently". A doubly linked list answers both but touches
 three or four scattered rows per hit (the item and both neighbours). Here every use
-appends the item to a ring buffer and records the entry's absolute position in the
-item's row; an entry is live when the item is resident and its row still points at that
-position, so older entries of a re-used item are skipped when they reach the front. A
-hit then writes one row plus one sequential slot, which on a Mixtral-sized trace
-(3.7 M items) replays about 3.5x faster than the linked list, with identical hits
-(``tests/cache`` checks against libcachesim).
+appends the item to a ring buffer and records the entry's slot in the item's row; a hit
+marks the item's previous entry dead (``NONE``) where it stands, and an eviction consumes
+the front entry, so every entry between the front and the back that is not ``NONE`` is
+live and the front skips dead ones without reading any row (an earlier version tested
+each entry against its item's row, a random read per entry; the dead mark is a write,
+which does not stall: 8% faster on the engine's neuron stream, 2x on a page-cache one).
+A hit then writes one row, one dead mark and one sequential slot, which on a
+Mixtral-sized trace (3.7 M items) replays about 3.5x faster than the linked list, with
+identical hits (``tests/cache`` checks against libcachesim).
 
 Rows ``node[x] = (size, slot, last token)``; a size of 0 means "not resident". A row
 keeps the ring slot of the item's latest entry rather than its absolute position: every
@@ -59,9 +62,9 @@ def _pow2(n: int) -> int:
 
 @njit(cache=True, inline="always")
 def touch(node, q, tail, x):
-    """Item ``x`` was just used (hit or inserted): it becomes the most recent entry.
-    Returns the new back position (kernels keep the ring's ends in locals, not in the
-    scalar array, so the compiler can hold them in registers)."""
+    """Item ``x`` was just inserted: it becomes the most recent entry. Returns the new back
+    position (kernels keep the ring's ends in locals, not in the scalar array, so the
+    compiler can hold them in registers)."""
     slot = tail & (q.shape[0] - 1)
     q[slot] = x
     node[x, POS] = slot
@@ -69,13 +72,21 @@ def touch(node, q, tail, x):
 
 
 @njit(cache=True, inline="always")
+def retouch(node, q, tail, x):
+    """Resident item ``x`` was just used again: its entry is marked dead where it stands and
+    it becomes the most recent entry. Returns the new back position."""
+    q[node[x, POS]] = NONE
+    return touch(node, q, tail, x)
+
+
+@njit(cache=True, inline="always")
 def oldest(node, q, head, tail):
-    """(least recently used resident item or NONE, new front position), skipping dead entries."""
+    """(least recently used resident item or NONE, new front position), skipping dead entries.
+    The front stays at the item's entry: a caller that evicts it moves past it (``head + 1``)."""
     mask = q.shape[0] - 1
     while head < tail:
-        slot = head & mask
-        v = q[slot]
-        if node[v, POS] == slot and node[v, SIZE] != 0:
+        v = q[head & mask]
+        if v != NONE:
             return v, head
         head += 1
     return NONE, head
@@ -90,7 +101,7 @@ def _compact(node, q, scal):
     w = head
     for r in range(head, tail):
         v = q[r & mask]
-        if node[v, POS] == (r & mask) and node[v, SIZE] != 0:
+        if v != NONE:
             q[w & mask] = v
             node[v, POS] = w & mask
             w += 1

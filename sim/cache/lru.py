@@ -12,7 +12,7 @@ import numpy as np
 from numba import njit
 
 from sim.cache._lists import CAP, STEP, USED
-from sim.cache._recency import QHEAD, QTAIL, SIZE, ensure_room, new_queue, new_rows, oldest, touch
+from sim.cache._recency import QHEAD, QTAIL, SIZE, ensure_room, new_queue, new_rows, oldest, retouch, touch
 from sim.cache.base import CachePolicy, register
 
 
@@ -32,7 +32,7 @@ def lru_kernel(node, q, scal, items, sizes, offsets, hit, evbuf, record):
             if node[x, SIZE] != 0:
                 hit[i] = True
                 pinned += node[x, SIZE]
-                tail = touch(node, q, tail, x)
+                tail = retouch(node, q, tail, x)
             else:
                 hit[i] = False
         for i in range(lo, hi):
@@ -44,6 +44,7 @@ def lru_kernel(node, q, scal, items, sizes, offsets, hit, evbuf, record):
                 continue  # bypass: cannot fit next to this step's pinned items
             while used + sz > cap:
                 v, head = oldest(node, q, head, tail)  # never pinned: pinned items are the newest
+                head += 1  # its entry is consumed
                 used -= node[v, SIZE]
                 node[v, SIZE] = 0
                 if record:

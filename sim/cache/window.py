@@ -18,7 +18,19 @@ import numpy as np
 from numba import njit
 
 from sim.cache._lists import CAP, NONE, STEP, USED
-from sim.cache._recency import LAST, QHEAD, QTAIL, RECENCY_FREE, SIZE, ensure_room, new_queue, new_rows, oldest, touch
+from sim.cache._recency import (
+    LAST,
+    QHEAD,
+    QTAIL,
+    RECENCY_FREE,
+    SIZE,
+    ensure_room,
+    new_queue,
+    new_rows,
+    oldest,
+    retouch,
+    touch,
+)
 from sim.cache.base import MAX_TOKEN, CachePolicy, register
 from sim.checks import check_int
 
@@ -42,6 +54,7 @@ def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, reco
             v, head = oldest(node, q, head, tail)
             if v == NONE or node[v, LAST] >= t - k:
                 break
+            head += 1  # its entry is consumed
             used -= node[v, SIZE]
             node[v, SIZE] = 0
             if record:
@@ -54,7 +67,7 @@ def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, reco
                 hit[i] = True
                 pinned += node[x, SIZE]
                 node[x, LAST] = t
-                tail = touch(node, q, tail, x)
+                tail = retouch(node, q, tail, x)
             else:
                 hit[i] = False
         for i in range(lo, hi):
@@ -66,6 +79,7 @@ def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, reco
                 continue
             while used + sz > cap:
                 v, head = oldest(node, q, head, tail)
+                head += 1  # its entry is consumed
                 used -= node[v, SIZE]
                 node[v, SIZE] = 0
                 if record:

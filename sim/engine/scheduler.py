@@ -50,19 +50,21 @@ def route_neurons(a_offsets, a_ids, p_offsets, p_ids, rows, base, per_layer, fla
     :meth:`~sim.engine.workload.TokenWork.key_rows`: row ``j``'s keys are
     ``ids[offsets[rows[j]]:offsets[rows[j] + 1]] + base[j]``, ``per_layer`` rows a layer)
     and each key's :func:`placement_flags` byte. Returns how many neurons were predicted,
-    the CPU's keys with per-layer offsets, per key whether it fired (is in the token's
-    active set, marked with the FIRED bit for the call) and whether it sits in the pinned
-    hot region, and the cold keys (in the same order) with their per-layer offsets: the
-    requests the cache policy serves. The loop is branch-free (every slot is written, the
-    counts advance by 0 or 1): which way a neuron goes is random, so branches would
-    mispredict about half the time.
+    the per-layer offsets of the CPU's neurons (the predicted ones the NPU does not compute)
+    and, per CPU neuron, whether it fired (is in the token's active set, marked with the
+    FIRED bit for the call) and whether it sits in the pinned hot region, and the cold keys
+    (in the same order) with their per-layer offsets: the requests the cache policy serves.
+    The CPU's keys themselves are not kept: what follows needs only these flags. The loop
+    is branch-free (every slot is written, the counts advance by 0 or 1): which way a
+    neuron goes is random, so branches would mispredict about half the time. (Telling
+    fired from not by merging the row's two ascending id lists instead of marking the
+    active keys measured 1.2x slower in the engine, where the marks stay in cache.)
     """
     n_rows = rows.shape[0]
     n_layers = n_rows // per_layer
     size = 0
     for j in range(n_rows):
         size += p_offsets[rows[j] + 1] - p_offsets[rows[j]]
-    cpu = np.empty(size, dtype=np.int64)
     fired = np.empty(size, dtype=np.bool_)
     hot = np.empty(size, dtype=np.bool_)
     cold = np.empty(size, dtype=np.int64)
@@ -81,7 +83,6 @@ def route_neurons(a_offsets, a_ids, p_offsets, p_ids, rows, base, per_layer, fla
                 k = b + p_ids[i]
                 v = np.int64(flags[k])
                 h = v & HOT
-                cpu[n] = k
                 fired[n] = (v & FIRED) != 0
                 hot[n] = h != 0
                 cold[m] = k
@@ -94,7 +95,7 @@ def route_neurons(a_offsets, a_ids, p_offsets, p_ids, rows, base, per_layer, fla
         b = base[j]
         for i in range(a_offsets[rows[j]], a_offsets[rows[j] + 1]):
             flags[b + a_ids[i]] &= ~np.uint8(FIRED)
-    return size, cpu[:n], cpu_offsets, fired[:n], hot[:n], cold[:m], cold_offsets
+    return size, cpu_offsets, fired[:n], hot[:n], cold[:m], cold_offsets
 
 
 @njit(cache=True)

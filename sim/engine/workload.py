@@ -216,7 +216,7 @@ def popularity(trace: Trace, start: int, stop: int) -> np.ndarray:
 def _count_activations(trace: Trace, start: int, stop: int) -> np.ndarray:
     meta = trace.meta
     n_keys = meta.n_layers * meta.n_experts * meta.n_neurons
-    counts = np.zeros(n_keys, dtype=np.int64)
+    counts = np.zeros(n_keys, dtype=np.int32)  # at most one per token: int32 halves the counting pass's memory traffic
     for chunk in trace.chunks():
         if chunk.start >= stop:
             break

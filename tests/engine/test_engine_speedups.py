@@ -202,13 +202,12 @@ def test_routing_matches_set_operations(layers, npu_share, hot_share, use_npu):
     tw = TokenWork.from_layers(works)
     flags = placement_flags(is_hot, is_npu if use_npu else None)
     before = flags.copy()
-    n_predicted, cpu, offsets, fired, hot, cold, cold_offsets = route_neurons(*tw.key_rows(), flags)
+    n_predicted, offsets, fired, hot, cold, cold_offsets = route_neurons(*tw.key_rows(), flags)
     assert n_predicted == tw.predicted.size
     np.testing.assert_array_equal(flags, before)  # the FIRED marks are cleared
     for i, w in enumerate(works):
         want = w.predicted[~is_npu[w.predicted]] if use_npu else w.predicted
-        got = cpu[offsets[i]:offsets[i + 1]]
-        np.testing.assert_array_equal(got, want)
+        assert offsets[i + 1] - offsets[i] == want.size
         np.testing.assert_array_equal(fired[offsets[i]:offsets[i + 1]], np.isin(want, w.active))
         np.testing.assert_array_equal(hot[offsets[i]:offsets[i + 1]], is_hot[want])
         np.testing.assert_array_equal(cold[cold_offsets[i]:cold_offsets[i + 1]], want[~is_hot[want]])

@@ -208,7 +208,7 @@ class PowerInfer2(Strategy):
         work = TokenWork.from_layers(layers)
         n = len(work)
         npu_count, flags = self._placement
-        n_predicted, _cpu_keys, offsets, fired, hot, cold, cold_offsets = route_neurons(*work.key_rows(), flags)
+        n_predicted, offsets, fired, hot, cold, cold_offsets = route_neurons(*work.key_rows(), flags)
         if self.use_npu:
             n_npu = npu_count[work.layer_ids[:, None], work.experts].sum(axis=1).astype(float).tolist()
         else:
