@@ -27,6 +27,10 @@ ways:
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -50,8 +54,28 @@ TIE_MARGIN = 0.5
 MIN_AGREED_STEPS = 12
 
 
+# One prompt decoded in a child process: a llama.cpp wheel compiled natively for a CPU whose
+# wide-vector state the machine does not grant (seen on a VM advertising AMX and AVX-512)
+# dies of SIGSEGV in its first decode, which would take the whole test worker with it.
+_PROBE = """
+import sys, llama_cpp
+llm = llama_cpp.Llama(model_path=sys.argv[1], n_ctx=128, n_threads=1, n_batch=64, verbose=False, logits_all=True)
+ids = llm.tokenize(sys.argv[2].encode(), add_bos=False, special=True)
+llm.eval(ids)
+llm.eval(ids[:1])
+"""
+
+
 @pytest.fixture(scope="module")
 def reference():
+    probe = subprocess.run([sys.executable, "-c", _PROBE, str(smollm2_path()), PROMPTS[0]], capture_output=True,
+                           timeout=300)
+    if probe.returncode < 0:
+        pytest.skip(f"llama.cpp dies of {signal.Signals(-probe.returncode).name} decoding on this machine (its build "
+                    "uses CPU features the machine does not grant): reinstall it portable, as .ci/run does, with "
+                    "CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_AVX512=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_TILE=OFF' "
+                    "pip install --no-cache-dir --force-reinstall llama-cpp-python")
+    assert probe.returncode == 0, probe.stderr.decode(errors="replace")[-2000:]
     return llama_cpp.Llama(model_path=str(smollm2_path()), n_ctx=128, n_threads=1, n_batch=64, verbose=False,
                            logits_all=True, seed=0)
 
