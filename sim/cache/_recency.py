@@ -15,9 +15,9 @@ Mixtral-sized trace (3.7 M items) replays about 3.5x faster than the linked list
 identical hits (``tests/cache`` checks against libcachesim).
 
 Rows ``node[x] = (size, slot, last token)``; a size of 0 means "not resident". A row
-keeps the ring slot of the item's latest entry rather than its absolute position: every
-entry examined lies within one lap of the ring, so slot equality identifies it, and the
-rows and the ring fit in ``int32`` (half the memory traffic of ``int64``). The ring's
+keeps the ring slot of the item's latest entry (what a hit marks dead) rather than its
+absolute position, so the rows and the ring fit in ``int32`` (half the memory traffic of
+``int64``). The ring's
 front and back positions are saved in the kernel's scalar array between blocks. Before
 each block the caller makes room with :func:`ensure_room` (one queue slot per request at
 most).
@@ -81,7 +81,7 @@ def retouch(node, q, tail, x):
 
 
 @njit(cache=True, inline="always")
-def oldest(node, q, head, tail):
+def oldest(q, head, tail):
     """(least recently used resident item or NONE, new front position), skipping dead entries.
     The front stays at the item's entry: a caller that evicts it moves past it (``head + 1``)."""
     mask = q.shape[0] - 1

@@ -43,7 +43,7 @@ def lru_kernel(node, q, scal, items, sizes, offsets, hit, evbuf, record):
             if sz > cap - pinned:
                 continue  # bypass: cannot fit next to this step's pinned items
             while used + sz > cap:
-                v, head = oldest(node, q, head, tail)  # never pinned: pinned items are the newest
+                v, head = oldest(q, head, tail)  # never pinned: pinned items are the newest
                 head += 1  # its entry is consumed
                 used -= node[v, SIZE]
                 node[v, SIZE] = 0

@@ -27,6 +27,7 @@ import numpy as np
 from numba import njit
 
 from sim.cache._lists import CAP, FIRST_FREE, STEP, USED
+from sim.cache._recency import _pow2
 from sim.cache.base import GHOST, CachePolicy, int64_bytes, register
 from sim.checks import check_int, check_real
 
@@ -247,18 +248,11 @@ def s3fifo_kernel(sq, mq, gq, gslot, node, scal, items, sizes, offsets, hit, evb
     return n_ev
 
 
-def _ring(n: int) -> np.ndarray:
-    """A ring of at least ``n`` int32 item ids, its length a power of two (slots by mask)."""
-    return np.zeros(1 << max(0, int(n) - 1).bit_length(), dtype=np.int32)
-
-
-def _relaid(q: np.ndarray, front: int, back: int, keep: np.ndarray | None, length: int) -> tuple[np.ndarray, int]:
-    """Entries ``front..back`` of ring ``q`` (those ``keep`` marks, if given) at the front of a new
-    ring of ``length`` slots, in order; returns it and its back."""
+def _relaid(q: np.ndarray, front: int, back: int, length: int) -> tuple[np.ndarray, int]:
+    """Entries ``front..back`` of ring ``q`` at the front of a new ring of at least ``length``
+    slots, in order; returns it and its back."""
     entries = q[np.arange(front, back) & (q.shape[0] - 1)]
-    if keep is not None:
-        entries = entries[keep]
-    out = _ring(length)
+    out = np.zeros(_pow2(length), dtype=np.int32)
     out[:entries.size] = entries
     return out, int(entries.size)
 
@@ -287,27 +281,29 @@ class S3FIFO(CachePolicy):
         self._node[:, PIN] = -1
         self._gslot = np.zeros(self.n_items, dtype=np.int32)  # the ring slot of a ghost's live entry
         self._smallest = self.size_bounds()[1]
-        self._small_q, self._main_q, self._ghost_q = self._rings()
+        queue, ghosts = self._ring_lengths()
+        self._small_q, self._main_q = np.zeros(_pow2(queue), np.int32), np.zeros(_pow2(queue), np.int32)
+        self._ghost_q = np.zeros(_pow2(ghosts), np.int32)
 
-    def _rings(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rings long enough for every item that can be resident (the small and main queues) and
-        for twice the ghosts that can be remembered (so a full ghost ring is half dead entries,
-        which a compaction frees), for items of ``self._smallest`` bytes or more."""
+    def _ring_lengths(self) -> tuple[int, int]:
+        """Slots the small and main queues need (every item that can be resident) and the ghost
+        queue's (twice the ghosts that can be remembered, so a full ghost ring is half dead
+        entries, which a compaction frees), for items of ``self._smallest`` bytes or more."""
         resident = min(self.n_items, self.capacity_bytes // self._smallest)
         ghosts = min(self.n_items, int(self._scal[GHOST_CAP]) // self._smallest)
-        return _ring(resident + 1), _ring(resident + 1), _ring(2 * ghosts + 2)
+        return resident + 1, 2 * ghosts + 2
 
     def _regrow(self, smallest: int) -> None:
-        """Longer rings for a block whose sizes are smaller than any seen (more items fit)."""
+        """Longer rings for a block whose sizes are smaller than any seen (more items fit); the
+        ghost ring keeps only its live entries."""
         self._smallest = smallest
-        small, main, ghost = self._rings()
+        queue, ghosts = self._ring_lengths()
         scal = self._scal
-        self._small_q, scal[S_BACK] = _relaid(self._small_q, int(scal[S_FRONT]), int(scal[S_BACK]), None, small.size)
-        self._main_q, scal[M_BACK] = _relaid(self._main_q, int(scal[M_FRONT]), int(scal[M_BACK]), None, main.size)
-        g_front, g_back, gq = int(scal[G_FRONT]), int(scal[G_BACK]), self._ghost_q
-        slots = np.arange(g_front, g_back) & (gq.shape[0] - 1)
-        live = (self._node[gq[slots], RES] == R_GHOST) & (self._gslot[gq[slots]] == slots)
-        self._ghost_q, scal[G_BACK] = _relaid(gq, g_front, g_back, live, ghost.size)
+        self._small_q, scal[S_BACK] = _relaid(self._small_q, int(scal[S_FRONT]), int(scal[S_BACK]), queue)
+        self._main_q, scal[M_BACK] = _relaid(self._main_q, int(scal[M_FRONT]), int(scal[M_BACK]), queue)
+        g_front = int(scal[G_FRONT])
+        g_back = int(_ghost_compact(self._node, self._gslot, self._ghost_q, g_front, int(scal[G_BACK])))
+        self._ghost_q, scal[G_BACK] = _relaid(self._ghost_q, g_front, g_back, ghosts)
         self._gslot[self._ghost_q[:int(scal[G_BACK])]] = np.arange(int(scal[G_BACK]), dtype=np.int32)
         scal[S_FRONT] = scal[M_FRONT] = scal[G_FRONT] = 0
 

@@ -51,7 +51,7 @@ def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, reco
         t = tokens[s]
         # Expire: the queue is in recency order, so expired items are its oldest entries.
         while True:
-            v, head = oldest(node, q, head, tail)
+            v, head = oldest(q, head, tail)
             if v == NONE or node[v, LAST] >= t - k:
                 break
             head += 1  # its entry is consumed
@@ -78,7 +78,7 @@ def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, reco
             if sz > cap - pinned:
                 continue
             while used + sz > cap:
-                v, head = oldest(node, q, head, tail)
+                v, head = oldest(q, head, tail)
                 head += 1  # its entry is consumed
                 used -= node[v, SIZE]
                 node[v, SIZE] = 0
