@@ -139,6 +139,9 @@ class CachePolicy(ABC):
     # `sim plan` tries it as a strategy's cache policy: a general-purpose policy worth its evaluations
     # (the others are baselines, bounds or special cases a plan would rarely pick)
     plan_candidate: ClassVar[bool] = False
+    # its misses behind a pinned popular prefix, at any prefix and size, come from one pass
+    # (sim.cache.pinned_lru_curve): recency order alone decides what it keeps
+    pinned_curve: ClassVar[bool] = False
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
         self.capacity_bytes = check_int(capacity_bytes, "capacity_bytes", 0, MAX_CAPACITY_BYTES)

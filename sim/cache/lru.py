@@ -67,6 +67,7 @@ class LRU(CachePolicy):
 
     item_arrays = False
     plan_candidate = True  # [PI2 §4.3]'s cold-region policy
+    pinned_curve = True
 
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
         super().__init__(capacity_bytes, n_items, item_bytes)

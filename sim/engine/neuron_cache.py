@@ -80,6 +80,27 @@ def _top(popularity: np.ndarray, n: int, exclude: np.ndarray | None) -> np.ndarr
     return chosen[np.lexsort((chosen, popularity[chosen]))]
 
 
+def pinned_split(n_keys: int, item_bytes: int, capacity_bytes: int, popularity: np.ndarray | None,
+                 hot_share: float, static: bool = False) -> tuple[int, int]:
+    """(keys pinned in the hot region, the rest's capacity in bytes) of a :class:`NeuronCache`.
+    Only neurons the profile saw fire are pinned by share; ``static`` pins the whole capacity."""
+    n_hot = 0
+    if popularity is not None and (static or hot_share > 0):
+        n_hot = (min(capacity_bytes // item_bytes, n_keys) if static else
+                 min(int(capacity_bytes * hot_share) // item_bytes, int(np.count_nonzero(popularity))))
+    n_hot = max(n_hot, 0)
+    return n_hot, 0 if static else max(0, capacity_bytes - n_hot * item_bytes)
+
+
+def popularity_ranks(popularity: np.ndarray) -> np.ndarray:
+    """Each key's place in the order :class:`NeuronCache` pins and preloads by (0: the most
+    counted; ties by key, the lowest first, as :func:`~sim.engine.scheduler.top_counted` takes them)."""
+    order = np.lexsort((np.arange(popularity.size), -popularity.astype(np.int64)))
+    ranks = np.empty(popularity.size, dtype=np.int32)
+    ranks[order] = np.arange(popularity.size, dtype=np.int32)
+    return ranks
+
+
 class NeuronCache:
     def __init__(self, n_keys: int, item_bytes: int, capacity_bytes: int, popularity: np.ndarray | None,
                  hot_share: float, policy: str, policy_options: dict | None = None, preload: bool = True,
@@ -90,15 +111,11 @@ class NeuronCache:
         from sim.cache import make_policy
 
         self.item_bytes = item_bytes
-        n_hot = 0
+        n_hot, self.cold_capacity = pinned_split(n_keys, item_bytes, capacity_bytes, popularity, hot_share, static)
         self.is_hot = np.zeros(n_keys, dtype=bool)
-        if popularity is not None and (static or hot_share > 0):
-            n_hot = (min(capacity_bytes // item_bytes, n_keys) if static else
-                     min(int(capacity_bytes * hot_share) // item_bytes, int(np.count_nonzero(popularity))))
-            if n_hot > 0:
-                self.is_hot[_top(popularity, n_hot, None)] = True
+        if n_hot > 0:
+            self.is_hot[_top(popularity, n_hot, None)] = True
         self.hot_bytes = n_hot * item_bytes
-        self.cold_capacity = 0 if static else max(0, capacity_bytes - self.hot_bytes)
         options = timed_policy_options(policy, popularity, policy_options)
         self.policy: CachePolicy = make_policy(policy, capacity_bytes=self.cold_capacity, n_items=n_keys,
                                                item_bytes=item_bytes, **options)

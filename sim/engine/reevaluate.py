@@ -32,8 +32,14 @@ the accelerator) replays the warm-up and decode tokens through the cache once: a
 changes the pinned hot region and with it the stream the cold region sees, and the engine's
 batched LRU (hits promoted before misses within a step) is not a stack algorithm (a larger
 cache can miss where a smaller one hits, see tests/cache/test_stack_distance.py), so no
-one-pass miss-ratio curve gives its answer at another size. Strategies whose analytic mode
-is not split (``analytic_plan_key`` None) are evaluated whole by ``simulate``.
+one-pass miss-ratio curve gives its answer at another size exactly. Strategies whose analytic
+mode is not split (``analytic_plan_key`` None) are evaluated whole by ``simulate``.
+
+``one_pass=True`` trades that exactness for speed across budgets: where the strategy has a
+one-pass answer (PowerInfer-2 with an LRU cold region: :mod:`sim.cache.pinned_lru_curve`),
+the trace's warm-up and decode tokens are read once (seconds) and each budget after that
+costs milliseconds, within a fraction of a per cent of the replay. Other policies
+(segmented, window, S3-FIFO, ...) and strategies are replayed as above.
 """
 
 from __future__ import annotations
@@ -63,17 +69,20 @@ class Evaluation:
     latency_s: np.ndarray
     flash_bytes: np.ndarray
     reused: bool  # the plans were kept from an earlier evaluation (only the device models ran)
+    one_pass: bool = False  # the plans came from the one-pass answer across budgets, not a replay
 
 
 @dataclass
 class _Plans:
-    plans: list[Any]
+    plans: Any  # a replay's plan per decode token, or a strategy's budget curve
     meta: TraceMeta
     popularity: np.ndarray
     trace: Any  # an in-memory Trace the key names by id(): held so the id stays its own
 
 
 _KEPT: OrderedDict[tuple, _Plans] = OrderedDict()
+KEPT_CURVES = 2  # one-pass structures kept (each ~0.2 GB for Mixtral's 144 tokens); oldest used go first
+_CURVES: OrderedDict[tuple, _Plans] = OrderedDict()  # `plans` holds the strategy's budget curve
 
 
 def splits(strategy: str) -> bool:
@@ -85,19 +94,31 @@ def splits(strategy: str) -> bool:
     return get_strategy(strategy).analytic_plan_key.__func__ is not Strategy.analytic_plan_key.__func__
 
 
-def analytic_decode_tokens_per_s(config: Any = None, /, **options: Any) -> float:
+def analytic_decode_tokens_per_s(config: Any = None, /, *, one_pass: bool = False, **options: Any) -> float:
     """``simulate(config, mode="analytic").summary["decode_tokens_per_s"]``, reusing the plans an
     earlier evaluation of the same trace and cache setting made (see the module docstring).
-    Takes a :class:`~sim.engine.config.RunConfig` or ``simulate``'s keyword options."""
-    return evaluate(config, **options).decode_tokens_per_s
+    Takes a :class:`~sim.engine.config.RunConfig` or ``simulate``'s keyword options.
+    ``one_pass``: answer any budget from one pass over the trace where the strategy can (see
+    :func:`evaluate`)."""
+    return evaluate(config, one_pass=one_pass, **options).decode_tokens_per_s
 
 
-def evaluate(config: Any = None, /, **options: Any) -> Evaluation:
-    """:func:`analytic_decode_tokens_per_s` with the per-token figures behind it."""
+def evaluate(config: Any = None, /, *, one_pass: bool = False, **options: Any) -> Evaluation:
+    """:func:`analytic_decode_tokens_per_s` with the per-token figures behind it.
+
+    ``one_pass``: where the strategy has a one-pass answer across budgets
+    (:meth:`~sim.engine.strategies.base.Strategy.budget_curve_key`; PowerInfer-2 with an LRU cold
+    region), read the trace once per trace and token counts and answer every budget from that
+    in milliseconds, within a fraction of a per cent of the replay
+    (:mod:`sim.cache.pinned_lru_curve` says what it approximates; benchmarks/analytic_reeval.py
+    prints the error). Elsewhere the plans are replayed as without it (``Evaluation.one_pass``
+    says which)."""
     cfg = as_config(config, **options)
     if cfg.mode != "analytic":
         cfg = cfg.model_copy(update={"mode": "analytic"})
     setup = check_options(cfg)
+    if one_pass and setup.strategy.budget_curve_key(setup) is not None:
+        return _evaluate_one_pass(setup)
     part = setup.strategy.analytic_plan_key(setup)
     if part is None:  # not split: the whole analytic run
         tokens = simulate(cfg).tokens
@@ -118,6 +139,33 @@ def evaluate(config: Any = None, /, **options: Any) -> Evaluation:
         strat = make_strategy(setup, kept.meta, kept.popularity, machine)
     latency, flash = strat.analytic_costs_s(kept.plans, cfg.prompt_tokens + np.arange(cfg.decode_tokens))
     return Evaluation(len(latency) / float(latency.sum()), latency, flash, reused)
+
+
+def _evaluate_one_pass(setup: Any) -> Evaluation:
+    """:func:`evaluate` from the strategy's budget curve, read once per trace and token counts."""
+    cfg = setup.config
+    key = (_trace_identity(setup), cfg.profile_tokens, cfg.warmup_tokens, cfg.decode_tokens, cfg.prompt_tokens,
+           cfg.seed, setup.strategy.name, setup.strategy.budget_curve_key(setup))
+    machine = Machine(simpy.Environment(), setup.device, setup.compute_cores, setup.io_cores)
+    kept = _CURVES.get(key)
+    reused = kept is not None
+    if kept is None:
+        tr, profile_tokens, _ = run_trace(setup)
+        pop = profile_counts(setup, tr, profile_tokens)
+        strat = make_strategy(setup, tr.meta, pop, machine)
+        first = profile_tokens + cfg.warmup_tokens
+        curve = strat.budget_curve(iter_token_layers(tr, profile_tokens, first + cfg.decode_tokens),
+                                   cfg.warmup_tokens)
+        kept = _Plans(curve, tr.meta, pop, cfg.trace if isinstance(cfg.trace, Trace) else None)
+        _CURVES[key] = kept
+        while len(_CURVES) > KEPT_CURVES:
+            _CURVES.popitem(last=False)
+    else:
+        _CURVES.move_to_end(key)
+        strat = make_strategy(setup, kept.meta, kept.popularity, machine)
+    plans = strat.budget_plans(kept.plans)
+    latency, flash = strat.analytic_costs_s(plans, cfg.prompt_tokens + np.arange(cfg.decode_tokens))
+    return Evaluation(len(latency) / float(latency.sum()), latency, flash, reused, one_pass=True)
 
 
 def _plan(setup: Any, machine: Machine) -> tuple[_Plans, Any]:
@@ -159,5 +207,6 @@ def _trace_identity(setup: Any) -> tuple:
 
 
 def forget() -> None:
-    """Drop every kept plan set (the next evaluation of each key replays its cache again)."""
+    """Drop every kept plan set and budget curve (the next evaluation of each key reads its trace again)."""
     _KEPT.clear()
+    _CURVES.clear()

@@ -214,6 +214,22 @@ class Strategy(ABC):
         """Per plan (token) its closed-form time and flash bytes, ``contexts[i]`` tokens in the KV cache."""
         raise NotImplementedError
 
+    # A split analytic mode may also answer any budget from one pass over the trace (the
+    # budget moves the cache, which the plans depend on), for loops over budgets.
+    @classmethod
+    def budget_curve_key(cls, setup: Any) -> tuple | None:
+        """What :meth:`budget_curve` depends on besides the trace and the run's token counts, or
+        None when this strategy and its settings have no one-pass answer across budgets."""
+        return None
+
+    def budget_curve(self, tokens: Any, warmup_tokens: int) -> Any:
+        """Read the warm-up and decode tokens (``(t, TokenWork)`` in order) once, for :meth:`budget_plans`."""
+        raise NotImplementedError
+
+    def budget_plans(self, curve: Any) -> Any:
+        """The decode tokens' :meth:`analytic_plan` results at this strategy's budget, from ``curve``."""
+        raise NotImplementedError
+
 
 REGISTRY: dict[str, type[Strategy]] = {}
 

@@ -38,6 +38,7 @@ from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work, affine_in_count
 from sim.engine.neuron_cache import NeuronCache, plan_policies
 from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
+from sim.engine.strategies import powerinfer2_curve
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, Unit, register
 from sim.engine.strategies.search import Family, core_layouts
 from sim.engine.unit_labels import accelerator
@@ -170,6 +171,26 @@ class PowerInfer2(Strategy):
         return (plan.neuron_cache_bytes, plan.neuron_dram_bytes, knobs.hot_share, setup.config.policy or knobs.policy,
                 use_npu, knobs.npu_activation_share if use_npu else None, knobs.cluster_neurons, knobs.neuron_cache,
                 knobs.bundle, knobs.split_gate_read)
+
+    @classmethod
+    def budget_curve_key(cls, setup: Any) -> tuple | None:
+        """The one-pass answer across budgets (:mod:`.powerinfer2_curve`) holds for a neuron cache
+        whose cold region is a policy that recency alone decides; it depends on the NPU's share."""
+        from sim.cache import policy_class
+
+        knobs = setup.knobs
+        if not knobs.neuron_cache or not policy_class(setup.config.policy or knobs.policy).pinned_curve:
+            return None
+        use_npu = cls._runs_hot_share(setup.device, knobs)
+        return (use_npu, knobs.npu_activation_share if use_npu else None)
+
+    def budget_curve(self, tokens: Any, warmup_tokens: int) -> Any:
+        return powerinfer2_curve.build(self, tokens, warmup_tokens)
+
+    def budget_plans(self, curve: Any) -> list[TokenPlan]:
+        n_npu, cols = powerinfer2_curve.plan_columns(self, curve)
+        bounds = np.arange(n_npu.shape[1] + 1)  # one cluster a layer: the analytic costs add them up
+        return [TokenPlan(n_npu[t].tolist(), bounds, tuple(c[t] for c in cols)) for t in range(n_npu.shape[0])]
 
     # The cache and the placement tables are built on first use: a strategy made only for the
     # analytic costs (sim.engine.reevaluate, plans kept from an earlier run) never needs them.
