@@ -45,6 +45,7 @@ costs milliseconds, within a fraction of a per cent of the replay. Other policie
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,19 +125,7 @@ def evaluate(config: Any = None, /, *, one_pass: bool = False, **options: Any) -
         tokens = simulate(cfg).tokens
         latency = tokens["latency_s"].to_numpy()
         return Evaluation(len(latency) / float(latency.sum()), latency, tokens["flash_bytes"].to_numpy(), False)
-    key = (_trace_identity(setup), cfg.profile_tokens, cfg.warmup_tokens, cfg.decode_tokens, cfg.prompt_tokens,
-           cfg.seed, setup.strategy.name, part)
-    machine = Machine(simpy.Environment(), setup.device, setup.compute_cores, setup.io_cores)
-    kept = _KEPT.get(key)
-    reused = kept is not None
-    if kept is None:
-        kept, strat = _plan(setup, machine)
-        _KEPT[key] = kept
-        while len(_KEPT) > KEPT_PLANS:
-            _KEPT.popitem(last=False)
-    else:
-        _KEPT.move_to_end(key)
-        strat = make_strategy(setup, kept.meta, kept.popularity, machine)
+    kept, strat, reused = _kept(_KEPT, KEPT_PLANS, setup, part, _plan)
     latency, flash = strat.analytic_costs_s(kept.plans, cfg.prompt_tokens + np.arange(cfg.decode_tokens))
     return Evaluation(len(latency) / float(latency.sum()), latency, flash, reused)
 
@@ -144,45 +133,57 @@ def evaluate(config: Any = None, /, *, one_pass: bool = False, **options: Any) -
 def _evaluate_one_pass(setup: Any) -> Evaluation:
     """:func:`evaluate` from the strategy's budget curve, read once per trace and token counts."""
     cfg = setup.config
-    key = (_trace_identity(setup), cfg.profile_tokens, cfg.warmup_tokens, cfg.decode_tokens, cfg.prompt_tokens,
-           cfg.seed, setup.strategy.name, setup.strategy.budget_curve_key(setup))
-    machine = Machine(simpy.Environment(), setup.device, setup.compute_cores, setup.io_cores)
-    kept = _CURVES.get(key)
-    reused = kept is not None
-    if kept is None:
-        tr, profile_tokens, _ = run_trace(setup)
-        pop = profile_counts(setup, tr, profile_tokens)
-        strat = make_strategy(setup, tr.meta, pop, machine)
-        first = profile_tokens + cfg.warmup_tokens
-        curve = strat.budget_curve(iter_token_layers(tr, profile_tokens, first + cfg.decode_tokens),
-                                   cfg.warmup_tokens)
-        kept = _Plans(curve, tr.meta, pop, cfg.trace if isinstance(cfg.trace, Trace) else None)
-        _CURVES[key] = kept
-        while len(_CURVES) > KEPT_CURVES:
-            _CURVES.popitem(last=False)
-    else:
-        _CURVES.move_to_end(key)
-        strat = make_strategy(setup, kept.meta, kept.popularity, machine)
-    plans = strat.budget_plans(kept.plans)
-    latency, flash = strat.analytic_costs_s(plans, cfg.prompt_tokens + np.arange(cfg.decode_tokens))
+    kept, strat, reused = _kept(_CURVES, KEPT_CURVES, setup, setup.strategy.budget_curve_key(setup), _read_curve)
+    latency, flash = strat.analytic_costs_s(strat.budget_plans(kept.plans),
+                                            cfg.prompt_tokens + np.arange(cfg.decode_tokens))
     return Evaluation(len(latency) / float(latency.sum()), latency, flash, reused, one_pass=True)
+
+
+def _kept(store: OrderedDict[tuple, _Plans], limit: int, setup: Any, part: Any,
+          make: Callable[[Any, Machine], tuple[_Plans, Any]]) -> tuple[_Plans, Any, bool]:
+    """(what ``store`` keeps for this trace, token counts and ``part``, made by ``make`` if it
+    keeps nothing yet, the oldest used dropped past ``limit``; the run's strategy; whether kept)."""
+    cfg = setup.config
+    key = (_trace_identity(setup), cfg.profile_tokens, cfg.warmup_tokens, cfg.decode_tokens, cfg.prompt_tokens,
+           cfg.seed, setup.strategy.name, part)
+    machine = Machine(simpy.Environment(), setup.device, setup.compute_cores, setup.io_cores)
+    kept = store.get(key)
+    if kept is None:
+        kept, strat = make(setup, machine)
+        store[key] = kept
+        while len(store) > limit:
+            store.popitem(last=False)
+        return kept, strat, False
+    store.move_to_end(key)
+    return kept, make_strategy(setup, kept.meta, kept.popularity, machine), True
+
+
+def _read_curve(setup: Any, machine: Machine) -> tuple[_Plans, Any]:
+    """Read the warm-up and decode tokens once into the strategy's budget curve."""
+    strat, tokens, kept = _replayed(setup, machine)
+    return _Plans(strat.budget_curve(tokens, setup.config.warmup_tokens), *kept), strat
 
 
 def _plan(setup: Any, machine: Machine) -> tuple[_Plans, Any]:
     """Warm the cache and plan every decode token, as ``simulate``'s analytic mode does."""
+    strat, tokens, kept = _replayed(setup, machine)
+    warm = TokenStats()
+    for _ in range(setup.config.warmup_tokens):
+        t, layers = next(tokens)
+        strat.warm_token(t, layers, warm)
+    return _Plans([strat.analytic_plan(layers, TokenStats()) for _t, layers in tokens], *kept), strat
+
+
+def _replayed(setup: Any, machine: Machine) -> tuple[Any, Any, tuple]:
+    """The run's strategy, its warm-up and decode tokens (``(t, TokenWork)``, in order) and what
+    a :class:`_Plans` keeps beside them (the trace's meta, the offline profile, the trace held)."""
     cfg = setup.config
     tr, profile_tokens, _ = run_trace(setup)
     pop = profile_counts(setup, tr, profile_tokens)
-    strat = make_strategy(setup, tr.meta, pop, machine)
     first = profile_tokens + cfg.warmup_tokens
     tokens = iter_token_layers(tr, profile_tokens, first + cfg.decode_tokens)
-    warm = TokenStats()
-    for _ in range(cfg.warmup_tokens):
-        t, layers = next(tokens)
-        strat.warm_token(t, layers, warm)
-    plans = [strat.analytic_plan(layers, TokenStats()) for _t, layers in tokens]
     held = cfg.trace if isinstance(cfg.trace, Trace) else None
-    return _Plans(plans, tr.meta, pop, held), strat
+    return make_strategy(setup, tr.meta, pop, machine), tokens, (tr.meta, pop, held)
 
 
 def _trace_identity(setup: Any) -> tuple:
