@@ -160,8 +160,9 @@ def _at_least(offsets, ranks, threshold):
 
 
 def _gap_edges(n_tokens: int) -> np.ndarray:
-    """Lower edges of the gap bins: 1 .. EXACT_GAPS one token wide, then about 1.25x wider each."""
-    edges = list(range(1, EXACT_GAPS + 1))
+    """Lower edges of the gap bins: 1 .. EXACT_GAPS one token wide, then about 1.25x wider each
+    (the last edge at or past the tokens)."""
+    edges = list(range(1, EXACT_GAPS + 2))
     while edges[-1] < n_tokens:
         edges.append(max(edges[-1] + 1, int(edges[-1] * 1.25)))
     return np.array(edges, dtype=np.int64)

@@ -7,9 +7,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.cache.lru import LRU
-from sim.cache.pinned_lru_curve import PinnedLRUCurve
+from sim.cache.pinned_lru_curve import EXACT_GAPS, PinnedLRUCurve
 
 N_KEYS = 16  # at most a bin per key in every table: the curve's only approximations vanish
+TOKENS = EXACT_GAPS + 1  # every gap counted exactly
 
 
 def _replay(tokens: list[list[int]], rank_of: np.ndarray, pinned: int, size: int) -> np.ndarray:
@@ -39,7 +40,7 @@ ranks = st.permutations(range(N_KEYS)).map(lambda p: np.array(p, dtype=np.int32)
 
 
 @settings(max_examples=80, deadline=None)
-@given(keys=st.lists(st.integers(0, N_KEYS - 1), min_size=1, max_size=40), rank_of=ranks,
+@given(keys=st.lists(st.integers(0, N_KEYS - 1), min_size=1, max_size=TOKENS), rank_of=ranks,
        pinned=st.integers(0, N_KEYS), size=st.integers(0, N_KEYS))
 def test_one_key_a_token_gives_the_replays_misses(keys, rank_of, pinned, size):
     """With one request a token the replay's step order cannot matter, and with a bin per key
@@ -51,7 +52,7 @@ def test_one_key_a_token_gives_the_replays_misses(keys, rank_of, pinned, size):
 
 @settings(max_examples=80, deadline=None)
 @given(tokens=st.lists(st.lists(st.integers(0, N_KEYS - 1), min_size=1, max_size=5, unique=True).map(sorted),
-                       min_size=1, max_size=20),
+                       min_size=1, max_size=TOKENS),
        rank_of=ranks, pinned=st.integers(0, N_KEYS), size=st.integers(0, N_KEYS))
 def test_a_tokens_own_keys_are_all_its_distance_can_miss_by(tokens, rank_of, pinned, size):
     """Within a token the replay orders its keys (hits first); the curve counts about half of
