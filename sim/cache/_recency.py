@@ -100,7 +100,9 @@ def _compact(node, q, scal):
     tail = scal[QTAIL]
     mask = q.shape[0] - 1
     w = head
-    for r in range(head, tail):
+    while w < tail and q[w & mask] != NONE:  # a live prefix stays where it is: no row to rewrite
+        w += 1
+    for r in range(w, tail):
         v = q[r & mask]
         if v != NONE:
             q[w & mask] = v

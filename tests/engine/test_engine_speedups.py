@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import engine_helpers as h
 import numpy as np
 import pandas as pd
@@ -17,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sim.engine.machine import Machine
-from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
+from sim.engine.scheduler import MAX_EPOCH, PLACEMENT, placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.simulation import simulate
 from sim.engine.trace_replay import ReplayTrace
 from sim.engine.workload import LayerWork, TokenWork, iter_token_layers, popularity
@@ -155,13 +157,23 @@ def reference_clusters(resident: np.ndarray, fired: np.ndarray, c: int) -> list[
 
 
 @settings(max_examples=60, deadline=None)
-@given(bits=st.lists(st.tuples(st.booleans(), st.booleans()), max_size=300), cluster=st.integers(1, 64))
-def test_cluster_split_matches_the_loop(bits, cluster):
-    resident = np.array([b[0] for b in bits], dtype=bool)
-    fired = np.array([b[1] for b in bits], dtype=bool)
-    bounds, *arrays = split_clusters(resident, fired, np.array([0, resident.size]), cluster)
-    assert bounds.tolist() == [0, len(arrays[0])]
-    assert list(zip(*(a.tolist() for a in arrays), strict=True)) == reference_clusters(resident, fired, cluster)
+@given(bits=st.lists(st.tuples(st.booleans(), st.booleans(), st.booleans()), max_size=300), cluster=st.integers(1, 64),
+       cuts=st.lists(st.integers(0, 300), max_size=3))
+def test_cluster_split_matches_the_loop(bits, cluster, cuts):
+    """Per layer, a neuron is resident if hot or, if not, as the cache answered (its answer is
+    the next of ``cold_hit``); the clusters are the loop's over the layer's neurons."""
+    hot = np.array([b[0] for b in bits], dtype=bool)
+    answer = np.array([b[1] for b in bits], dtype=bool)
+    fired = np.array([b[2] for b in bits], dtype=bool)
+    offsets = np.array(sorted({0, hot.size, *(min(c, hot.size) for c in cuts)}), dtype=np.int64)
+    cold_offsets = np.array([np.count_nonzero(~hot[:o]) for o in offsets], dtype=np.int64)
+    resident = hot | answer
+    bounds, *arrays = split_clusters(hot, answer[~hot], fired, offsets, cold_offsets, cluster)
+    got = list(zip(*(a.tolist() for a in arrays), strict=True))
+    want = [c for lo, hi in itertools.pairwise(offsets)
+            for c in reference_clusters(resident[lo:hi], fired[lo:hi], cluster)]
+    assert bounds[-1] == len(got)
+    assert got == want
 
 
 @pytest.mark.parametrize("source", ["hand, predicted", "hand, oracle", "synthetic moe"])
@@ -176,8 +188,8 @@ def test_routing_from_chunk_rows_matches_routing_from_flat_arrays(source):
         flat = TokenWork.from_layers(list(work))
         for use_npu in (False, True):
             flags = placement_flags(is_hot, is_npu if use_npu else None)
-            got = route_neurons(*work.key_rows(), flags)
-            want = route_neurons(*flat.key_rows(), flags)
+            got = route_neurons(*work.key_rows(), flags, np.zeros(1, np.int64))
+            want = route_neurons(*flat.key_rows(), flags, np.zeros(1, np.int64))
             assert got[0] == want[0]
             for g, w in zip(got[1:], want[1:], strict=True):
                 np.testing.assert_array_equal(g, w)
@@ -202,19 +214,21 @@ def test_routing_matches_set_operations(layers, npu_share, hot_share, use_npu):
     tw = TokenWork.from_layers(works)
     flags = placement_flags(is_hot, is_npu if use_npu else None)
     before = flags.copy()
-    n_predicted, offsets, fired, hot, cold, cold_offsets = route_neurons(*tw.key_rows(), flags)
-    assert n_predicted == tw.predicted.size
-    np.testing.assert_array_equal(flags, before)  # the FIRED marks are cleared
-    for i, w in enumerate(works):
-        want = w.predicted[~is_npu[w.predicted]] if use_npu else w.predicted
-        assert offsets[i + 1] - offsets[i] == want.size
-        np.testing.assert_array_equal(fired[offsets[i]:offsets[i + 1]], np.isin(want, w.active))
-        np.testing.assert_array_equal(hot[offsets[i]:offsets[i + 1]], is_hot[want])
-        np.testing.assert_array_equal(cold[cold_offsets[i]:cold_offsets[i + 1]], want[~is_hot[want]])
-    cold_hit = rng.random(cold.size) < 0.5
-    resident = hot.copy()
-    resident[~hot] = cold_hit
-    np.testing.assert_array_equal(merge_resident(hot, cold_hit), resident)
+    epoch = np.array([MAX_EPOCH - 2])  # the marks wrap around within the calls below
+    for call in range(4):  # each call's active set, never an earlier call's marks
+        if call % 2:
+            tw = TokenWork.from_layers([LayerWork(w.layer, w.experts, w.active[:0], w.predicted) for w in works])
+        else:
+            tw = TokenWork.from_layers(works)
+        n_predicted, offsets, fired, hot, cold, cold_offsets = route_neurons(*tw.key_rows(), flags, epoch)
+        assert n_predicted == tw.predicted.size
+        np.testing.assert_array_equal(flags & PLACEMENT, before)  # the placement is left as it was
+        for i, w in enumerate(tw):
+            want = w.predicted[~is_npu[w.predicted]] if use_npu else w.predicted
+            assert offsets[i + 1] - offsets[i] == want.size
+            np.testing.assert_array_equal(fired[offsets[i]:offsets[i + 1]], np.isin(want, w.active))
+            np.testing.assert_array_equal(hot[offsets[i]:offsets[i + 1]], is_hot[want])
+            np.testing.assert_array_equal(cold[cold_offsets[i]:cold_offsets[i + 1]], want[~is_hot[want]])
 
 
 # -- replaying a lazy trace --------------------------------------------------------------------
@@ -275,10 +289,12 @@ def test_split_clusters_of_a_token_match_the_per_layer_loop():
     rng = np.random.default_rng(3)
     sizes = [0, 1, 7, 16, 33, 100]
     resident = rng.random(sum(sizes)) < 0.6
+    hot = resident & (rng.random(resident.size) < 0.5)  # the rest resident as the cache answered
     fired = rng.random(sum(sizes)) < 0.5
     offsets = np.concatenate(([0], np.cumsum(sizes))).astype(np.int64)
+    cold_offsets = np.array([np.count_nonzero(~hot[:o]) for o in offsets], dtype=np.int64)
     for cluster in (1, 4, 16, 512):
-        bounds, *arrays = split_clusters(resident, fired, offsets, cluster)
+        bounds, *arrays = split_clusters(hot, resident[~hot], fired, offsets, cold_offsets, cluster)
         for layer in range(len(sizes)):
             lo, hi = offsets[layer], offsets[layer + 1]
             want = reference_clusters(resident[lo:hi], fired[lo:hi], cluster)

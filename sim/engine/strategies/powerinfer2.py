@@ -37,7 +37,7 @@ from pydantic import Field, ValidationInfo, field_validator
 from sim.engine.cluster_schedule import schedule_ffn_phase, schedule_token
 from sim.engine.costs import Work, affine_in_count
 from sim.engine.neuron_cache import NeuronCache, plan_policies
-from sim.engine.scheduler import merge_resident, placement_flags, route_neurons, split_clusters, top_share
+from sim.engine.scheduler import placement_flags, route_neurons, split_clusters, top_share
 from sim.engine.strategies import powerinfer2_curve
 from sim.engine.strategies.base import Event, Knobs, RunContext, Strategy, TokenStats, Unit, register
 from sim.engine.strategies.search import Family, core_layouts
@@ -157,6 +157,7 @@ class PowerInfer2(Strategy):
         self._threads: tuple[np.ndarray, np.ndarray, float, float] | None = None
         self._gbps: dict[int, float] = {}
         self._npu_jobs: dict[float, tuple[float, float]] = {}  # see _npu_job
+        self._epoch = np.zeros(1, dtype=np.int64)  # route_neurons' call number (its active-set marks)
 
     @staticmethod
     def _runs_hot_share(device: Any, knobs: PowerInfer2Knobs) -> bool:
@@ -229,18 +230,17 @@ class PowerInfer2(Strategy):
         work = TokenWork.from_layers(layers)
         n = len(work)
         npu_count, flags = self._placement
-        n_predicted, offsets, fired, hot, cold, cold_offsets = route_neurons(*work.key_rows(), flags)
+        n_predicted, offsets, fired, hot, cold, cold_offsets = route_neurons(*work.key_rows(), flags, self._epoch)
         if self.use_npu:
             n_npu = npu_count[work.layer_ids[:, None], work.experts].sum(axis=1).astype(float).tolist()
         else:
             n_npu = [0.0] * n
         hit = self.cache.cold_hits(cold, cold_offsets, t)
-        resident = merge_resident(hot, hit)
         cold_hits = int(np.count_nonzero(hit))
         stats.requests += n_predicted
         stats.hits += n_predicted - int(cold.size) + cold_hits
         stats.misses += int(cold.size) - cold_hits
-        bounds, *arrays = split_clusters(resident, fired, offsets, self.k.cluster_neurons)
+        bounds, *arrays = split_clusters(hot, hit, fired, offsets, cold_offsets, self.k.cluster_neurons)
         return TokenPlan(n_npu, bounds, tuple(arrays))
 
     def _cluster_reads(self, gate_miss, ud_miss):  # ints or arrays of them
