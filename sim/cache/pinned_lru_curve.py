@@ -50,52 +50,52 @@ REUSE_RANK_BINS = 64  # rank bins of the reuse table (equal request counts)
 
 
 @njit(cache=True)
-def _reuse(keys, seg_bounds, seg_token, rank_of, n_tokens):
-    """Per request its key's rank, its token, and the tokens of its key's previous and next use
-    (-1 and ``n_tokens`` when none)."""
+def _reuse(keys, seg_bounds, seg_token, rank_of, n_tokens, n_bins, first_bins):
+    """One pass each way over the requests: per request its key's rank and the token of its
+    key's previous use (-1 if none); the distinct-key difference table (request at u whose
+    key is next used at n adds one to every (s, t) with s <= u < t <= n, per rank bin); first
+    uses per (token, first-use rank bin); reuses per first-use rank bin."""
     n = keys.shape[0]
+    n_keys = rank_of.shape[0]
     rank = np.empty(n, np.int32)
-    token = np.empty(n, np.int32)
     prev = np.empty(n, np.int32)
-    nxt = np.empty(n, np.int32)
-    last = np.full(rank_of.shape[0], -1, np.int32)
+    first_hist = np.zeros((n_tokens, first_bins), np.int64)
+    reused_hist = np.zeros(first_bins, np.int64)
+    last = np.full(n_keys, -1, np.int32)
     for g in range(seg_bounds.shape[0] - 1):
         t = seg_token[g]
         for i in range(seg_bounds[g], seg_bounds[g + 1]):
             k = keys[i]
-            rank[i] = rank_of[k]
-            token[i] = t
+            r = rank_of[k]
+            rank[i] = r
             prev[i] = last[k]
             last[k] = t
-    last[:] = n_tokens
-    for i in range(n - 1, -1, -1):
-        k = keys[i]
-        nxt[i] = last[k]
-        last[k] = token[i]
-    return rank, token, prev, nxt
-
-
-@njit(cache=True)
-def _distinct_diff(rank, token, nxt, n_keys, n_bins, n_tokens):
-    """A 2-D difference table per rank bin: request (u, next use n) adds one to every (s, t)
-    with s <= u < t <= n (its key is among the distinct keys of tokens [s, t))."""
+            fb = min(np.int64(r) * first_bins // n_keys, first_bins - 1)
+            if prev[i] < 0:
+                first_hist[t, fb] += 1
+            else:
+                reused_hist[fb] += 1
     w = n_tokens + 1
     diff = np.zeros((n_bins, w, w), np.int64)
-    for i in range(rank.shape[0]):
-        u = token[i]
-        last_t = min(nxt[i], n_tokens - 1)
-        if last_t <= u:
-            continue
-        b = min(np.int64(rank[i]) * n_bins // n_keys, n_bins - 1)
-        diff[b, 0, u + 1] += 1
-        diff[b, 0, last_t + 1] -= 1
-        diff[b, u + 1, u + 1] -= 1
-        diff[b, u + 1, last_t + 1] += 1
-    return diff
+    last[:] = n_tokens
+    for g in range(seg_bounds.shape[0] - 2, -1, -1):
+        u = seg_token[g]
+        for i in range(seg_bounds[g + 1] - 1, seg_bounds[g] - 1, -1):
+            k = keys[i]
+            last_t = min(last[k], n_tokens - 1)
+            last[k] = u
+            if last_t <= u:
+                continue
+            b = min(np.int64(rank[i]) * n_bins // n_keys, n_bins - 1)
+            diff[b, 0, u + 1] += 1
+            diff[b, 0, last_t + 1] -= 1
+            diff[b, u + 1, u + 1] -= 1
+            diff[b, u + 1, last_t + 1] += 1
+    return rank, prev, diff, first_hist, reused_hist
 
 
 @njit(cache=True)
-def _reuse_table(seg_bounds, token, prev, rank, flags, classes, gap_bin, rank_edges, n_gap_bins):
+def _reuse_table(seg_bounds, seg_token, prev, rank, flags, classes, gap_bin, rank_edges, n_gap_bins):
     """Per class and segment, the requests of reused keys whose gap bin and rank bin are at
     least (i, j): suffix sums over both (a last row and column of zeros)."""
     n_rank_bins = rank_edges.shape[0] - 1
@@ -104,7 +104,7 @@ def _reuse_table(seg_bounds, token, prev, rank, flags, classes, gap_bin, rank_ed
         for i in range(seg_bounds[g], seg_bounds[g + 1]):
             if prev[i] < 0:
                 continue
-            gb = gap_bin[token[i] - prev[i]]
+            gb = gap_bin[seg_token[g] - prev[i]]
             rb = np.searchsorted(rank_edges, rank[i], side="right") - 1
             for c in range(classes.shape[0]):
                 if flags[i] & classes[c] == classes[c]:
@@ -200,28 +200,22 @@ class PinnedLRUCurve:
         n_keys = int(rank_of.shape[0])
         seg_bounds = np.asarray(seg_bounds, dtype=np.int64)
         seg_token = np.asarray(seg_token, dtype=np.int64)
-        rank, token, prev, nxt = _reuse(np.asarray(keys, np.int64), seg_bounds, seg_token,
-                                        np.asarray(rank_of, np.int32), n_tokens)
-        diff = _distinct_diff(rank, token, nxt, n_keys, RANK_BINS, n_tokens)
+        rank, prev, diff, per_token, reused_hist = _reuse(np.asarray(keys), seg_bounds, seg_token,
+                                                          np.asarray(rank_of, np.int32), n_tokens, RANK_BINS,
+                                                          FIRST_BINS)
         per_bin = diff.cumsum(axis=1).cumsum(axis=2)[:, :n_tokens, :n_tokens]
+        del diff
         distinct = np.zeros((RANK_BINS + 1, n_tokens, n_tokens))
         distinct[:-1] = per_bin[::-1].cumsum(axis=0)[::-1]
-
-        first = prev < 0
-        fb = np.minimum(rank[first].astype(np.int64) * FIRST_BINS // n_keys, FIRST_BINS - 1)
-        per_token = np.bincount(token[first].astype(np.int64) * FIRST_BINS + fb,
-                                minlength=n_tokens * FIRST_BINS).reshape(n_tokens, FIRST_BINS)
         before = np.zeros((n_tokens, FIRST_BINS + 1))
         before[1:, 1:] = per_token.cumsum(axis=0)[:-1].cumsum(axis=1)
 
         gap_edges = _gap_edges(n_tokens)
         gap_bin = np.searchsorted(gap_edges, np.arange(n_tokens + 1), side="right") - 1
-        reused = rank[~first]
         if n_keys <= REUSE_RANK_BINS:  # a bin per key: exact
             inner_edges = np.arange(1, n_keys)
-        elif reused.size:
-            hist = np.bincount(np.minimum(reused.astype(np.int64) * FIRST_BINS // n_keys, FIRST_BINS - 1),
-                               minlength=FIRST_BINS).cumsum()
+        elif reused_hist.sum():
+            hist = reused_hist.cumsum()
             want = np.linspace(0, hist[-1], REUSE_RANK_BINS + 1)[1:-1]
             inner = np.searchsorted(hist, want, side="left") + 1  # bin ends, in first-use bins
             inner_edges = (inner * n_keys) // FIRST_BINS
@@ -229,7 +223,7 @@ class PinnedLRUCurve:
             inner_edges = np.zeros(0, dtype=np.int64)
         rank_edges = np.unique(np.concatenate([[0], inner_edges, [n_keys]])).astype(np.int64)
         flags = np.asarray(flags, dtype=np.uint8)
-        reuse = _reuse_table(seg_bounds, token, prev, rank, flags, np.asarray(classes, dtype=np.uint8), gap_bin,
+        reuse = _reuse_table(seg_bounds, seg_token, prev, rank, flags, np.asarray(classes, dtype=np.uint8), gap_bin,
                              rank_edges, gap_edges.size - 1)
         first_ranks = {c: _sorted_ranks(seg_bounds, rank, flags, np.uint8(c), prev, True) for c in classes}
         ranks = {c: _sorted_ranks(seg_bounds, rank, flags, np.uint8(c), prev, False) for c in counted}

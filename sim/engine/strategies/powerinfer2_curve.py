@@ -62,9 +62,10 @@ def build(strategy: Any, tokens: Iterable[tuple[int, TokenWork]], warmup_tokens:
     npu_flag = share.astype(np.uint8) * np.uint8(NPU)
     marks = np.zeros(pop.size, dtype=np.uint8)
     keys, flags, sizes, experts = [], [], [], []
+    small = pop.size < 2**31  # keys as int32 where they fit: the requests are the build's bulk
     for _t, work in tokens:
         predicted = work.predicted
-        keys.append(predicted)
+        keys.append(predicted.astype(np.int32) if small else predicted)
         flags.append(_fired(predicted, work.active, marks) | npu_flag[predicted])
         sizes.append(np.diff(work.p_bounds))
         experts.append(work.experts)
@@ -74,10 +75,11 @@ def build(strategy: Any, tokens: Iterable[tuple[int, TokenWork]], warmup_tokens:
     ranks = popularity_ranks(pop)
     by_rank = np.sort(pop)[::-1]
     ties = np.concatenate([[0], np.flatnonzero(np.diff(by_rank)) + 1])  # where each profile count starts
-    curve = PinnedLRUCurve.build(
-        np.concatenate(keys) if keys else np.zeros(0, np.int64), seg_bounds, np.repeat(np.arange(n_tokens), n_layers),
-        n_tokens, ranks, np.concatenate(flags) if flags else np.zeros(0, np.uint8), classes=(0, FIRED),
-        counted=(NPU, NPU | FIRED), tie_starts=ties)
+    all_keys = np.concatenate(keys) if keys else np.zeros(0, np.int64)
+    all_flags = np.concatenate(flags) if flags else np.zeros(0, np.uint8)
+    del keys, flags
+    curve = PinnedLRUCurve.build(all_keys, seg_bounds, np.repeat(np.arange(n_tokens), n_layers), n_tokens, ranks,
+                                 all_flags, classes=(0, FIRED), counted=(NPU, NPU | FIRED), tie_starts=ties)
     npu_ranks = [np.sort(ranks[g * n_neurons:(g + 1) * n_neurons][share[g * n_neurons:(g + 1) * n_neurons]])
                  for g in range(n_layers * n_experts)]
     return BudgetCurve(curve, np.array(experts, dtype=np.int64).reshape(n_tokens, n_layers, -1), npu_ranks,
