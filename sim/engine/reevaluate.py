@@ -82,7 +82,7 @@ class _Plans:
 
 
 _KEPT: OrderedDict[tuple, _Plans] = OrderedDict()
-KEPT_CURVES = 2  # one-pass structures kept (each ~0.2 GB for Mixtral's 144 tokens); oldest used go first
+KEPT_CURVES = 2  # one-pass structures kept (each ~0.16 GB for Mixtral's 144 tokens); oldest used go first
 _CURVES: OrderedDict[tuple, _Plans] = OrderedDict()  # `plans` holds the strategy's budget curve
 
 
