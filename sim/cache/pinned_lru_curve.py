@@ -5,16 +5,16 @@ LRU) pins the ``H`` most popular keys and runs the rest of the budget as an LRU 
 keys, preloaded with the next ``C`` keys in popularity order. Both move with the budget, so
 the LRU's own request stream (the keys ranked ``>= H``) changes with it, and Mattson's one
 pass (:mod:`sim.cache.stack_distance`: one stream, every size) does not answer it. What
-does: a request at token ``t`` whose key was last used at token ``s`` hits when fewer than
-``C`` distinct unpinned keys (itself included) were used in tokens ``[s, t)``, its LRU stack
+does: a request at token ``t`` whose key was last used at token ``s`` hits when at most ``C``
+distinct unpinned keys (itself included) were used in tokens ``[s, t)``, its LRU stack
 distance counted in whole tokens. For every ``(s, t)`` that count is a sum over the tokens
 ``u`` in between of the unpinned keys used at ``u`` and not again before ``t``: a table of
 ``(s, t)`` per rank bin, built once. So at any ``(H, C)`` each token has one threshold,
 the oldest last use that still hits, and a segment's misses are its requests ranked ``>= H``
 whose last use is older: counts read from a (segment, gap, rank) table. A key first used in
 the window hits when it was preloaded and fewer than ``C`` keys are ahead of it: the distinct
-keys used so far plus the preloaded ones more popular than it and not yet used, which gives a
-rank threshold per token (exact per segment, from its sorted ranks).
+keys used so far plus the preloaded ones the preload made more recent and no one used yet,
+which gives rank thresholds per token (exact per segment, from its sorted ranks).
 
 Where this differs from the engine's replay, each measured against it (tests and
 benchmarks/analytic_reeval.py print the error):
