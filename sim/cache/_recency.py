@@ -14,7 +14,9 @@ A hit then writes one row, one dead mark and one sequential slot, which on a
 Mixtral-sized trace (3.7 M items) replays about 3.5x faster than the linked list, with
 identical hits (``tests/cache`` checks against libcachesim).
 
-Rows ``node[x] = (size, slot, last token)``; a size of 0 means "not resident". A row
+Rows ``node[x] = (size, slot, last token)``; a size of 0 means "not resident" (LRU over
+items of one size keeps the slot alone, ``NONE`` when not resident: the helpers take the
+slot's column). A row
 keeps the ring slot of the item's latest entry (what a hit marks dead) rather than its
 absolute position, so the rows and the ring fit in ``int32`` (half the memory traffic of
 ``int64``). The ring's
@@ -62,22 +64,22 @@ def _pow2(n: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def touch(node, q, tail, x):
+def touch(node, q, tail, x, col=POS):
     """Item ``x`` was just inserted: it becomes the most recent entry. Returns the new back
     position (kernels keep the ring's ends in locals, not in the scalar array, so the
-    compiler can hold them in registers)."""
+    compiler can hold them in registers). ``col``: the rows' slot column."""
     slot = tail & (q.shape[0] - 1)
     q[slot] = x
-    node[x, POS] = slot
+    node[x, col] = slot
     return tail + 1
 
 
 @njit(cache=True, inline="always")
-def retouch(node, q, tail, x):
+def retouch(node, q, tail, x, col=POS):
     """Resident item ``x`` was just used again: its entry is marked dead where it stands and
     it becomes the most recent entry. Returns the new back position."""
-    q[node[x, POS]] = NONE
-    return touch(node, q, tail, x)
+    q[node[x, col]] = NONE
+    return touch(node, q, tail, x, col)
 
 
 @njit(cache=True, inline="always")
@@ -94,8 +96,9 @@ def oldest(q, head, tail):
 
 
 @njit(cache=True)
-def _compact(node, q, scal):
-    """Move the live entries to the front of the ring, in order; returns how many remain."""
+def _compact(node, q, scal, col):
+    """Move the live entries to the front of the ring, in order (their rows' slot column
+    ``col`` follows); returns how many remain."""
     head = scal[QHEAD]
     tail = scal[QTAIL]
     mask = q.shape[0] - 1
@@ -106,24 +109,25 @@ def _compact(node, q, scal):
         v = q[r & mask]
         if v != NONE:
             q[w & mask] = v
-            node[v, POS] = w & mask
+            node[v, col] = w & mask
             w += 1
     scal[QTAIL] = w
     return w - head
 
 
-def ensure_room(node: np.ndarray, q: np.ndarray, scal: np.ndarray, n_new: int) -> np.ndarray:
-    """The queue (possibly a new, larger one) with room for ``n_new`` more entries."""
+def ensure_room(node: np.ndarray, q: np.ndarray, scal: np.ndarray, n_new: int, col: int = POS) -> np.ndarray:
+    """The queue (possibly a new, larger one) with room for ``n_new`` more entries (``col``:
+    the rows' slot column)."""
     if scal[QTAIL] - scal[QHEAD] + n_new <= q.shape[0]:
         return q
-    live = int(_compact(node, q, scal))
+    live = int(_compact(node, q, scal, col))
     if live + n_new <= q.shape[0]:
         return q
     head = int(scal[QHEAD])
     grown = np.zeros(_pow2(2 * (live + n_new) + 1024), dtype=q.dtype)
     grown[:live] = q[(head + np.arange(live)) % q.shape[0]]
     # Re-base positions so entry i of the new ring sits at absolute position (and slot) i.
-    node[grown[:live], POS] = np.arange(live)
+    node[grown[:live], col] = np.arange(live)
     scal[QHEAD] = 0
     scal[QTAIL] = live
     return grown

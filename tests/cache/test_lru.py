@@ -6,6 +6,8 @@ from collections import OrderedDict
 
 import numpy as np
 from cache_helpers import csr, random_steps
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.cache import make_policy
 from sim.cache.lru import LRU
@@ -93,3 +95,25 @@ def test_recording_evictions_over_a_long_run_never_overflows_the_buffer():
     assert out.n_evicted > n_items + 1
     assert out.evicted is not None and out.evicted.shape[0] == out.n_evicted
     assert int(out.hit.sum()) + out.n_evicted <= n_steps
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.lists(st.integers(0, 11), max_size=6, unique=True), st.integers(1, 3)),
+                      max_size=25),
+       capacity=st.integers(0, 12), switch=st.integers(0, 25))
+def test_one_size_rows_give_the_general_rows_hits_and_turn_general_on_another_size(steps, capacity, switch):
+    """Items of one size keep a slot-only row; the same blocks on an LRU whose rows carry sizes
+    give the same hits and evictions, also after a block that asks for other sizes (from step
+    ``switch`` on), which turns the slot-only rows into sized ones."""
+    n = 12
+    one = LRU(capacity, n, 1)
+    sized = LRU(capacity, n, np.array([1] * (n - 1) + [2]))  # not one size: rows of (size, slot)
+    for i, (keys, size) in enumerate(steps):
+        items = np.array(keys, dtype=np.int64)
+        sizes = np.full(items.size, size if i >= switch else 1, dtype=np.int64)
+        offsets = np.array([0, items.size])
+        a = one.run(items, offsets, sizes=sizes, record_evictions=True)
+        b = sized.run(items, offsets, sizes=sizes, record_evictions=True)
+        assert a.hit.tolist() == b.hit.tolist()
+        assert a.evicted.tolist() == b.evicted.tolist()
+    np.testing.assert_array_equal(one.resident_mask(), sized.resident_mask())
