@@ -20,6 +20,7 @@ from numba import njit
 from sim.cache._lists import CAP, NONE, STEP, USED
 from sim.cache._recency import (
     LAST,
+    POS,
     QHEAD,
     QTAIL,
     RECENCY_FREE,
@@ -38,7 +39,14 @@ WINDOW = RECENCY_FREE
 
 
 @njit(cache=True)
-def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, record):
+def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, record, one_size):
+    """The batched window. ``one_size`` > 0: every item has that size and a row is (slot, last
+    token), ``NONE`` slot when not resident (8 bytes a row instead of 12, as
+    :func:`~sim.cache.lru.lru_kernel`'s one-size rows); 0: rows are (size, slot, last token)."""
+    uniform = one_size > 0
+    col = 0 if uniform else POS
+    last = 1 if uniform else LAST
+    absent = NONE if uniform else 0  # column 0 of an absent item's row
     n_ev = 0
     cap = scal[CAP]
     k = scal[WINDOW]
@@ -52,42 +60,43 @@ def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, reco
         # Expire: the queue is in recency order, so expired items are its oldest entries.
         while True:
             v, head = oldest(q, head, tail)
-            if v == NONE or node[v, LAST] >= t - k:
+            if v == NONE or node[v, last] >= t - k:
                 break
             head += 1  # its entry is consumed
-            used -= node[v, SIZE]
-            node[v, SIZE] = 0
+            used -= one_size if uniform else node[v, SIZE]
+            node[v, 0] = absent
             if record:
                 evbuf[n_ev] = v
             n_ev += 1
         pinned = 0
         for i in range(lo, hi):
             x = items[i]
-            if node[x, SIZE] != 0:
+            if node[x, 0] != absent:
                 hit[i] = True
-                pinned += node[x, SIZE]
-                node[x, LAST] = t
-                tail = retouch(node, q, tail, x)
+                pinned += one_size if uniform else node[x, SIZE]
+                node[x, last] = t
+                tail = retouch(node, q, tail, x, col)
             else:
                 hit[i] = False
         for i in range(lo, hi):
             if hit[i]:
                 continue
             x = items[i]
-            sz = sizes[i]
+            sz = one_size if uniform else sizes[i]
             if sz > cap - pinned:
                 continue
             while used + sz > cap:
                 v, head = oldest(q, head, tail)
                 head += 1  # its entry is consumed
-                used -= node[v, SIZE]
-                node[v, SIZE] = 0
+                used -= one_size if uniform else node[v, SIZE]
+                node[v, 0] = absent
                 if record:
                     evbuf[n_ev] = v
                 n_ev += 1
-            node[x, SIZE] = sz
-            node[x, LAST] = t
-            tail = touch(node, q, tail, x)
+            if not uniform:
+                node[x, SIZE] = sz
+            node[x, last] = t
+            tail = touch(node, q, tail, x, col)
             pinned += sz
             used += sz
     scal[STEP] += offsets.shape[0] - 1
@@ -109,7 +118,12 @@ class Window(CachePolicy):
         self.window_tokens = check_int(window_tokens, "window_tokens", 1, MAX_TOKEN)
         self._scal[WINDOW] = self.window_tokens
         max_bytes, min_bytes = self.size_bounds()
-        self._node = new_rows(self.n_items, 3, max_item_bytes=max_bytes)
+        self._one = self._one_size or 0  # one size: (slot, last token) rows until another size comes
+        if self._one:
+            self._node = new_rows(self.n_items, 2, max_item_bytes=max_bytes)
+            self._node[:, 0] = NONE
+        else:
+            self._node = new_rows(self.n_items, 3, max_item_bytes=max_bytes)
         self._queue = new_queue(self.n_items, self.capacity_bytes, min_bytes)
 
     def advance(self, token: int) -> np.ndarray:
@@ -119,8 +133,18 @@ class Window(CachePolicy):
         return self.step(empty, token=token).evicted
 
     def resident_mask(self) -> np.ndarray:
+        if self._one:
+            return self._node[:, 0] != NONE
         return self._node[:, SIZE] != 0  # a resident item has a size, an absent one 0
 
     def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):
-        self._queue = ensure_room(self._node, self._queue, self._scal, items.shape[0])
-        return window_kernel(self._node, self._queue, self._scal, items, sizes, offsets, tokens, hit, evbuf, record)
+        if self._one and sizes.size and (sizes[0] != self._one or np.any(sizes != self._one)):
+            slots, lasts = self._node[:, 0], self._node[:, 1]
+            self._node = new_rows(self.n_items, 3, max_item_bytes=max(self._one, int(sizes.max())))
+            self._node[:, POS], self._node[:, LAST] = slots, lasts
+            self._node[slots != NONE, SIZE] = self._one
+            self._one = 0
+        col = 0 if self._one else POS
+        self._queue = ensure_room(self._node, self._queue, self._scal, items.shape[0], col)
+        return window_kernel(self._node, self._queue, self._scal, items, sizes, offsets, tokens, hit, evbuf, record,
+                             self._one)

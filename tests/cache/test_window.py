@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 from cache_helpers import csr, random_steps
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from sim.cache import make_policy
 from sim.cache.window import Window
@@ -45,3 +47,28 @@ def test_with_a_long_window_it_is_lru():
     window = make_policy("window", 12, 40, window_tokens=10**6).run(items, offsets).hit
     lru = make_policy("lru", 12, 40).run(items, offsets).hit
     np.testing.assert_array_equal(window, lru)
+
+
+@settings(max_examples=60, deadline=None)
+@given(steps=st.lists(st.tuples(st.lists(st.integers(0, 11), max_size=6, unique=True), st.integers(1, 3),
+                                st.integers(0, 2)), max_size=25),
+       capacity=st.integers(0, 12), k=st.integers(1, 4), switch=st.integers(0, 25))
+@example(steps=[([0, 1], 1, 3), ([2], 2, 0), ([3], 1, 2)], capacity=12, k=2, switch=1)  # rows turn sized at t=3
+def test_one_size_rows_give_the_general_rows_hits_and_turn_general_on_another_size(steps, capacity, k, switch):
+    """Items of one size keep (slot, last token) rows; the same blocks on a window whose rows
+    carry sizes give the same hits and evictions (expiries included), also after a block that
+    asks for other sizes (from step ``switch`` on), which turns the rows into sized ones."""
+    n = 12
+    one = Window(capacity, n, 1, window_tokens=k)
+    sized = Window(capacity, n, np.array([1] * (n - 1) + [2]), window_tokens=k)  # rows of (size, slot, last)
+    token = 0
+    for i, (keys, size, gap) in enumerate(steps):
+        token += gap
+        items = np.array(keys, dtype=np.int64)
+        sizes = np.full(items.size, size if i >= switch else 1, dtype=np.int64)
+        offsets, tokens = np.array([0, items.size]), np.array([token])
+        a = one.run(items, offsets, sizes=sizes, tokens=tokens, record_evictions=True)
+        b = sized.run(items, offsets, sizes=sizes, tokens=tokens, record_evictions=True)
+        assert a.hit.tolist() == b.hit.tolist()
+        assert a.evicted.tolist() == b.evicted.tolist()
+    np.testing.assert_array_equal(one.resident_mask(), sized.resident_mask())
