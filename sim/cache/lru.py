@@ -12,7 +12,20 @@ import numpy as np
 from numba import njit
 
 from sim.cache._lists import CAP, NONE, STEP, USED
-from sim.cache._recency import POS, QHEAD, QTAIL, SIZE, ensure_room, new_queue, new_rows, oldest, retouch, touch
+from sim.cache._recency import (
+    POS,
+    QHEAD,
+    QTAIL,
+    SIZE,
+    ensure_room,
+    new_queue,
+    oldest,
+    resident,
+    retouch,
+    rows_for,
+    rows_taking,
+    touch,
+)
 from sim.cache.base import CachePolicy, register
 
 
@@ -23,7 +36,7 @@ def lru_kernel(node, q, scal, items, sizes, offsets, hit, evbuf, record, one_siz
     region's scattered lookups feel (1.5x faster on the engine's Mixtral stream, identical
     hits); 0: rows are (size, slot), a size of 0 meaning not resident."""
     uniform = one_size > 0
-    col = 0 if uniform else POS
+    col = POS - 1 if uniform else POS  # one-size rows lack the size column
     absent = NONE if uniform else 0  # column 0 of an absent item's row
     n_ev = 0
     cap = scal[CAP]
@@ -80,25 +93,14 @@ class LRU(CachePolicy):
     def __init__(self, capacity_bytes: int, n_items: int, item_bytes: int | np.ndarray = 1):
         super().__init__(capacity_bytes, n_items, item_bytes)
         max_bytes, min_bytes = self.size_bounds()
-        # items of one size keep their ring slot alone (see lru_kernel) until a block asks for
-        # another size, which turns the rows into (size, slot) for good
-        self._one = self._one_size or 0
-        self._node = (np.full((self.n_items, 1), NONE, dtype=np.int32 if self.n_items < 2**31 else np.int64)
-                      if self._one else new_rows(self.n_items, max_item_bytes=max_bytes))
+        self._one = self._one_size or 0  # one size: slot-only rows (see lru_kernel)
+        self._node = rows_for(self.n_items, 2, self._one, max_bytes)
         self._queue = new_queue(self.n_items, self.capacity_bytes, min_bytes)
 
     def resident_mask(self) -> np.ndarray:
-        if self._one:
-            return self._node[:, 0] != NONE
-        return self._node[:, SIZE] != 0  # a resident item has a size, an absent one 0
+        return resident(self._node, self._one)
 
     def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):
-        if self._one and sizes.size and (sizes[0] != self._one or np.any(sizes != self._one)):
-            slots = self._node[:, 0]
-            self._node = new_rows(self.n_items, max_item_bytes=max(self._one, int(sizes.max())))
-            self._node[:, POS] = slots
-            self._node[slots != NONE, SIZE] = self._one
-            self._one = 0
-        col = 0 if self._one else POS
-        self._queue = ensure_room(self._node, self._queue, self._scal, items.shape[0], col)
+        self._node, self._one = rows_taking(self._node, self._one, sizes)
+        self._queue = ensure_room(self._node, self._queue, self._scal, items.shape[0], POS - (self._one > 0))
         return lru_kernel(self._node, self._queue, self._scal, items, sizes, offsets, hit, evbuf, record, self._one)

@@ -247,23 +247,13 @@ class PinnedLRUCurve:
         f = min(x - b, 1.0)
         return self.distinct[b] - f * (self.distinct[b] - self.distinct[b + 1])
 
-    def _first_used_row(self, t: int, r: np.ndarray) -> np.ndarray:
-        """Keys ranked below each of ``r`` first used before token ``t`` (interpolated)."""
+    def _first_used(self, r: np.ndarray, t: int | slice = slice(None)) -> np.ndarray:
+        """Keys ranked below each of ``r`` first used before token ``t`` (every token by
+        default: then one row a token), interpolated within the first-use bins."""
         x = np.asarray(r, dtype=float) * FIRST_BINS / self.n_keys
         i = np.minimum(x.astype(np.int64), FIRST_BINS - 1)
-        row = self.first_used[t]
-        return row[i] + (x - i) * (row[i + 1] - row[i])
-
-    def _first_used_between(self, lo: float, hi: np.ndarray) -> np.ndarray:
-        """(t, len(hi)): keys ranked in [lo, hi[j]) first used before token t (interpolated)."""
-        table = self.first_used
-
-        def at(r: np.ndarray) -> np.ndarray:
-            x = np.asarray(r, dtype=float) * FIRST_BINS / self.n_keys
-            i = np.minimum(x.astype(np.int64), FIRST_BINS - 1)
-            f = x - i
-            return table[:, i] + f * (table[:, i + 1] - table[:, i])
-        return at(hi) - at(np.array([lo]))
+        rows = self.first_used[t]
+        return rows[..., i] + (x - i) * (rows[..., i + 1] - rows[..., i])
 
     def _first_use_misses(self, pinned: int, capacity: int, room: np.ndarray) -> tuple[np.ndarray, ...]:
         """Per token (lo, hi, then): a key used first in the window misses when ranked in
@@ -279,7 +269,7 @@ class PinnedLRUCurve:
         end = pinned + capacity
         starts = np.clip(np.concatenate([self.tie_starts, [self.n_keys]]), pinned, end).astype(float)
         starts = np.unique(starts)
-        unused = np.diff(starts)[None, :] - np.diff(self._first_used_between(0, starts), axis=1)  # (T, groups)
+        unused = np.diff(starts)[None, :] - np.diff(self._first_used(starts), axis=1)  # (T, groups)
         ahead_after = np.cumsum(unused, axis=1)  # never-used preloaded keys up to each group's end
         lo, hi, then = np.full(T, end, np.int64), np.full(T, end, np.int64), np.full(T, end, np.int64)
         for t in range(T):
@@ -294,7 +284,7 @@ class PinnedLRUCurve:
                                                          np.floor(g1 * FIRST_BINS / self.n_keys) + 1)
                                               * self.n_keys / FIRST_BINS, [g0, g1]]))
             edges = edges[(edges >= g0) & (edges <= g1)]
-            at = self._first_used_row(t, np.concatenate([[g1], edges]))
+            at = self._first_used(np.concatenate([[g1], edges]), t)
             used_after = at[0] - at[1:]
             within = (g1 - edges - 1) - used_after  # nonincreasing in rank
             fits = np.flatnonzero(before + within <= room[t])

@@ -27,9 +27,11 @@ from sim.cache._recency import (
     SIZE,
     ensure_room,
     new_queue,
-    new_rows,
     oldest,
+    resident,
     retouch,
+    rows_for,
+    rows_taking,
     touch,
 )
 from sim.cache.base import MAX_TOKEN, CachePolicy, register
@@ -44,8 +46,8 @@ def window_kernel(node, q, scal, items, sizes, offsets, tokens, hit, evbuf, reco
     token), ``NONE`` slot when not resident (8 bytes a row instead of 12, as
     :func:`~sim.cache.lru.lru_kernel`'s one-size rows); 0: rows are (size, slot, last token)."""
     uniform = one_size > 0
-    col = 0 if uniform else POS
-    last = 1 if uniform else LAST
+    col = POS - 1 if uniform else POS  # one-size rows lack the size column
+    last = LAST - 1 if uniform else LAST
     absent = NONE if uniform else 0  # column 0 of an absent item's row
     n_ev = 0
     cap = scal[CAP]
@@ -118,12 +120,8 @@ class Window(CachePolicy):
         self.window_tokens = check_int(window_tokens, "window_tokens", 1, MAX_TOKEN)
         self._scal[WINDOW] = self.window_tokens
         max_bytes, min_bytes = self.size_bounds()
-        self._one = self._one_size or 0  # one size: (slot, last token) rows until another size comes
-        if self._one:
-            self._node = new_rows(self.n_items, 2, max_item_bytes=max_bytes)
-            self._node[:, 0] = NONE
-        else:
-            self._node = new_rows(self.n_items, 3, max_item_bytes=max_bytes)
+        self._one = self._one_size or 0  # one size: (slot, last token) rows (see window_kernel)
+        self._node = rows_for(self.n_items, 3, self._one, max_bytes)
         self._queue = new_queue(self.n_items, self.capacity_bytes, min_bytes)
 
     def advance(self, token: int) -> np.ndarray:
@@ -133,18 +131,10 @@ class Window(CachePolicy):
         return self.step(empty, token=token).evicted
 
     def resident_mask(self) -> np.ndarray:
-        if self._one:
-            return self._node[:, 0] != NONE
-        return self._node[:, SIZE] != 0  # a resident item has a size, an absent one 0
+        return resident(self._node, self._one)
 
     def _run(self, items, sizes, offsets, tokens, next_use, hit, evbuf, record):
-        if self._one and sizes.size and (sizes[0] != self._one or np.any(sizes != self._one)):
-            slots, lasts = self._node[:, 0], self._node[:, 1]
-            self._node = new_rows(self.n_items, 3, max_item_bytes=max(self._one, int(sizes.max())))
-            self._node[:, POS], self._node[:, LAST] = slots, lasts
-            self._node[slots != NONE, SIZE] = self._one
-            self._one = 0
-        col = 0 if self._one else POS
-        self._queue = ensure_room(self._node, self._queue, self._scal, items.shape[0], col)
+        self._node, self._one = rows_taking(self._node, self._one, sizes)
+        self._queue = ensure_room(self._node, self._queue, self._scal, items.shape[0], POS - (self._one > 0))
         return window_kernel(self._node, self._queue, self._scal, items, sizes, offsets, tokens, hit, evbuf, record,
                              self._one)

@@ -88,7 +88,6 @@ def pinned_split(n_keys: int, item_bytes: int, capacity_bytes: int, popularity: 
     if popularity is not None and (static or hot_share > 0):
         n_hot = (min(capacity_bytes // item_bytes, n_keys) if static else
                  min(int(capacity_bytes * hot_share) // item_bytes, int(np.count_nonzero(popularity))))
-    n_hot = max(n_hot, 0)
     return n_hot, 0 if static else max(0, capacity_bytes - n_hot * item_bytes)
 
 
