@@ -30,7 +30,8 @@ RUN_ID = "run"  # the point-like id of a run configuration (run_facts), not a pu
 
 
 def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
-    """What a scope can match in a point: its model's family, implementation, device and OS.
+    """What a scope can match in a point: its model (name, family, FFN activation function),
+    implementation, device and OS.
 
     A point's implementation is its strategy unless it names one (``implementation: ...``,
     e.g. [PI2]'s own port of LLM in a Flash, which is not Apple's program).
@@ -38,10 +39,11 @@ def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
     from sim.profiles.registry import load_device, load_model
 
     facts: dict[str, str | None] = {"implementation": point.get("implementation") or point.get("strategy"),
-                                    "device": point.get("device"), "model": None, "model_family": None, "os": None}
+                                    "device": point.get("device"), "model": None, "model_family": None,
+                                    "activation": None, "os": None}
     if point.get("model"):
         profile = load_model(point["model"])
-        facts["model"], facts["model_family"] = profile.name, profile.family
+        facts.update(model=profile.name, model_family=profile.family, activation=profile.activation)
     if point.get("device"):
         facts["os"] = getattr(load_device(point["device"]), "os", None)
     return facts

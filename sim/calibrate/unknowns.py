@@ -2,7 +2,9 @@
 
 An unknown is a named quantity with a physical meaning, a unit, a prior range with the
 evidence for it, and a scope saying which runs share its one value (a model family, a
-strategy implementation, a device, an OS, or a combination). A scope can never name a
+strategy implementation, a device, an OS, or a combination). ``activation`` narrows a model
+family to the models with one FFN activation function: the dReLU-sparsified Mistral-7Bs share
+their activation statistics, the SiLU original does not. A scope can never name a
 point, a budget or an offload: a constant per point would fit any table and predict
 nothing. The bundled registry is ``validation/unknowns.yaml``.
 """
@@ -25,7 +27,7 @@ from sim.profiles.schema import validate
 from sim.profiles.yamlio import load_yaml_file, load_yaml_text
 
 # What a scope may name. Anything finer (a point id, a budget, an offload) is refused.
-SCOPE_KINDS = ("model", "model_family", "implementation", "device", "os")
+SCOPE_KINDS = ("model", "model_family", "activation", "implementation", "device", "os")
 PATH_KINDS = ("model", "device", "knobs", "preset")
 REGISTRY_NAME = "unknowns.yaml"
 _REGISTRY: OrderedDict[tuple, list[Unknown]] = OrderedDict()  # the bundled registry as parsed, by version

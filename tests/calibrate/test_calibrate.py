@@ -16,7 +16,7 @@ from sim.calibrate.apply import applicable, run_overrides
 from sim.calibrate.calibration import default_path, load_calibration
 from sim.calibrate.evaluator import predict
 from sim.calibrate.fit import check_fit, fit
-from sim.calibrate.unknowns import Unknown, load_unknowns, select
+from sim.calibrate.unknowns import SCOPE_KINDS, Unknown, load_unknowns, select
 from sim.cli import main
 from sim.errors import SimError
 from sim.validation import load_points, run_point
@@ -37,7 +37,7 @@ def test_registry_entries_are_physical_and_coarse():
     assert unknowns
     for u in unknowns:
         assert u.unit and u.meaning and u.evidence
-        assert set(u.scope) <= {"model", "model_family", "implementation", "device", "os"}  # never a point
+        assert set(u.scope) <= set(SCOPE_KINDS)  # never a point
 
 
 @pytest.mark.parametrize("scope", [{"point": "pi2-mixtral-7gb"}, {"budget": "7GB"}, {"offload": "0.5"}, {}])
@@ -85,6 +85,18 @@ def test_scope_decides_which_points_an_unknown_reaches():
     assert "pi2-mixtral-7gb" in reached
     assert not any(i.startswith("flash-opt") for i in reached)  # another model family
     assert not any("ts-mistral" in i for i in reached)
+
+
+def test_an_activation_scope_narrows_a_family_to_its_models_with_that_function():
+    """A value of the dReLU Mistral-7Bs reaches TurboSparse-Mistral and Bamboo, never the SiLU
+    original, whose preset's density would otherwise be silently replaced."""
+    family = Unknown(name="x", path="preset.density.value", unit="u", meaning="m", prior=[0.1, 0.2],
+                     evidence="e", scope={"model_family": "mistral"})
+    drelu = family.model_copy(update={"name": "y", "scope": {"model_family": "mistral", "activation": "drelu"}})
+    runs = {m: {"id": m, "model": m, "strategy": "powerinfer2", "device": "oneplus-12"}
+            for m in ("turbosparse-mistral-7b", "bamboo-7b", "mistral-7b")}
+    assert all(applicable([family], p) for p in runs.values())
+    assert {m for m, p in runs.items() if applicable([drelu], p)} == {"turbosparse-mistral-7b", "bamboo-7b"}
 
 
 @settings(max_examples=25, deadline=None)
