@@ -7,7 +7,9 @@ Decode, per layer, strictly one step after another (no I/O-compute overlap) [FLA
    (:meth:`~sim.engine.costs.ModelCosts.predictor`; its weights occupy DRAM);
 3. the sliding window [FLASH §3.1] keeps in DRAM the neurons predicted for the last
    ``window_k`` tokens (the ``window`` cache policy over the memory plan's neuron cache);
-   only predicted neurons outside it are read, from ``io_threads`` parallel readers
+   ``pinned_share`` of that cache may instead hold the offline profile's most active
+   neurons for good (a port with a hot region, as PowerInfer-2's neuron cache has; 0, Apple's
+   design, by default); only predicted neurons outside both are read, from ``io_threads`` parallel readers
    [FLASH §4], either as one read of the whole neuron bundle (row-column bundling
    [FLASH §3.2]) or as one read per matrix;
 4. memory management [FLASH §3.3]: each layer's neurons live in a preallocated matrix;
@@ -48,10 +50,9 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from sim.cache import make_policy
 from sim.cache.base import MAX_TOKEN
 from sim.engine.costs import Work
-from sim.engine.neuron_cache import timed_policy_options
+from sim.engine.neuron_cache import NeuronCache
 from sim.engine.strategies.base import (
     Event,
     Knobs,
@@ -109,6 +110,12 @@ class LlmInFlashKnobs(Knobs):
         None, ge=4096, description="request size of whole-layer reads (default: the largest block the profile "
                                    "measured)")
     policy: str = Field("window", description="the cache policy ([FLASH §3.1]: the sliding window)")
+    # 0: Apple's design keeps only the window; [PI2]'s port is fitted (validation/unknowns.yaml:
+    # pi2-port-pinned-share)
+    pinned_share: float = Field(
+        0.0, ge=0, le=0.9, description="share of the neuron cache holding the offline profile's most active "
+                                       "neurons for good (a hot region, as PowerInfer-2's cache has); the "
+                                       "window policy manages the rest")
     decode_unit: Unit = Field("cpu", description="where decode's products run ([FLASH] Table 3: the CPU)")
     prefill_unit: Unit = Field("cpu", description="where prefill computes")
 
@@ -152,14 +159,19 @@ class LlmInFlash(Strategy):
         self.rows = np.zeros(self.n_groups, dtype=np.int64)  # neurons held per (layer, expert) matrix
         self.last_token = -1  # last token index the window saw (the analytic mode continues from it)
         self.policy = None
+        self.pinned: np.ndarray | None = None  # per key: held in the hot region for good
         # When the budget holds the whole FFN nothing is ever loaded (in-memory run): the
         # predicted rows are computed from resident weights, nothing is copied.
         self.all_resident = knobs.hybrid and plan.neuron_cache_bytes >= plan.ffn_bytes
         if knobs.predictor and knobs.window_k != 0 and not self.all_resident:
             name = ctx.policy or knobs.policy
-            self.policy = make_policy(name, capacity_bytes=plan.neuron_cache_bytes,
-                                      n_items=ctx.n_keys, item_bytes=self.row_bytes, strict=False,
-                                      window_tokens=knobs.window_k or MAX_TOKEN, **timed_policy_options(name, None))
+            options = {"strict": False, "window_tokens": knobs.window_k or MAX_TOKEN}
+            cache = NeuronCache(ctx.n_keys, self.row_bytes, plan.neuron_cache_bytes, ctx.popularity,
+                                knobs.pinned_share, name, options, preload=False)
+            self.policy = cache.policy
+            if cache.is_hot.any():  # the hot rows sit in their layer's matrix from the start
+                self.pinned = cache.is_hot
+                self.rows += np.bincount(np.flatnonzero(cache.is_hot) // ctx.meta.n_neurons, minlength=self.n_groups)
         # Without the predictor every neuron is needed every token, so no window can save
         # reads; the neuron-cache DRAM then holds a fixed slice of each layer (hybrid).
         self.static_share = plan.ffn_resident_fraction if (knobs.hybrid and not knobs.predictor) else 0.0
@@ -194,9 +206,12 @@ class LlmInFlash(Strategy):
         if self.policy is None:  # no window: read the whole predicted set, drop it after use
             stats.misses += n
             return n, n, n, 0
+        if self.pinned is not None:  # the hot region always hits; the window sees the rest
+            keys = keys[~self.pinned[keys]]
         used0 = self.policy.used_bytes
-        res = self.policy.run(keys, np.array([0, n]), tokens=np.array([t]), record_evictions=True, check=False)
-        n_miss = n - int(np.count_nonzero(res.hit))
+        res = self.policy.run(keys, np.array([0, keys.size]), tokens=np.array([t]), record_evictions=True,
+                              check=False)
+        n_miss = int(keys.size) - int(np.count_nonzero(res.hit))
         evicted = res.evicted
         assert evicted is not None  # recorded
         inserted = (self.policy.used_bytes - used0) // self.row_bytes + evicted.size
