@@ -169,7 +169,7 @@ class LlmInFlash(Strategy):
             cache = NeuronCache(ctx.n_keys, self.row_bytes, plan.neuron_cache_bytes, ctx.popularity,
                                 knobs.pinned_share, name, options, preload=False)
             self.policy = cache.policy
-            if cache.is_hot.any():  # the hot rows sit in their layer's matrix from the start
+            if cache.hot_bytes:  # the hot rows sit in their layer's matrix from the start
                 self.pinned = cache.is_hot
                 self.rows += np.bincount(np.flatnonzero(cache.is_hot) // ctx.meta.n_neurons, minlength=self.n_groups)
         # Without the predictor every neuron is needed every token, so no window can save
