@@ -7,6 +7,13 @@ are memoised by the point and the values in its scope, and the ones a step needs
 (the residuals of a trial point, or every column of a Jacobian) run in parallel worker
 processes. Workers are started with ``spawn``: the parent may hold threads (the trace
 replay's reader), which a forked child would inherit mid-lock.
+
+Jobs that read the same edited trace go to one worker, which makes the trace once; but a
+step often has a single such group (a fold's trial point edits one family's preset, and
+every knob column of a Jacobian reads the base trace), which then ran on one worker while
+the others idled. So groups are balanced by each point's last measured run time: a group
+holding more than a worker's share of the step is split (each part makes the trace again,
+a second or two, against the simulations' many).
 """
 
 from __future__ import annotations
@@ -14,7 +21,8 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -23,6 +31,8 @@ from sim.calibrate.unknowns import Unknown
 from sim.errors import SimError
 
 Key = tuple
+# a point's run time before one has been measured (seconds; a typical 128-token decode point)
+UNMEASURED_S = 1.0
 
 
 def default_workers() -> int:
@@ -33,8 +43,33 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _predict_many(jobs: list[tuple[Mapping[str, Any], Mapping[Unknown, float]]], decode_tokens: int) -> list[float]:
-    return [predict(point, values, decode_tokens=decode_tokens) for point, values in jobs]
+def _predict_many(jobs: list[tuple[Mapping[str, Any], Mapping[Unknown, float]]],
+                  decode_tokens: int) -> list[tuple[float, float]]:
+    """Each job's prediction and the seconds it took (what the next step's balance uses)."""
+    out = []
+    for point, values in jobs:
+        t0 = time.perf_counter()
+        out.append((predict(point, values, decode_tokens=decode_tokens), time.perf_counter() - t0))
+    return out
+
+
+def balance(groups: list[list[Key]], seconds: Callable[[Key], float], workers: int) -> list[list[Key]]:
+    """Split each group costing more than a worker's share of the total into that many parts
+    (longest jobs first, each to the lightest part); return the parts, longest first, so the
+    pool's queue is a longest-processing-time-first schedule."""
+    cost = {k: seconds(k) for g in groups for k in g}
+    share = sum(cost.values()) / max(1, workers)
+    parts: list[list[Key]] = []
+    for group in groups:
+        n = min(len(group), max(1, math.ceil(sum(cost[k] for k in group) / share - 1e-9))) if share > 0 else 1
+        bins: list[list[Key]] = [[] for _ in range(n)]
+        load = [0.0] * n
+        for k in sorted(group, key=lambda k: -cost[k]):
+            i = load.index(min(load))
+            bins[i].append(k)
+            load[i] += cost[k]
+        parts += bins
+    return sorted(parts, key=lambda part: -sum(cost[k] for k in part))
 
 
 class Evaluator:
@@ -48,6 +83,7 @@ class Evaluator:
         self.decode_tokens = decode_tokens
         self.workers = max(1, int(workers))
         self.runs: dict[Key, float] = {} if runs is None else runs
+        self.seconds: dict[str, float] = {}  # point id -> its last run's seconds in a worker
         self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> Evaluator:
@@ -90,16 +126,18 @@ class Evaluator:
             self._pool = ProcessPoolExecutor(max_workers=self.workers,
                                              mp_context=multiprocessing.get_context("spawn"))
         # Jobs that read the same edited trace (same model and trace-preset values) go to one
-        # worker, which makes it once and keeps it in memory; the longest batches start first.
+        # worker, which makes it once and keeps it in memory, unless the group is more than a
+        # worker's share (see the module's docstring); the longest parts start first.
         batches: dict[tuple, list[Key]] = {}
         for k, (point, values) in due.items():
             batches.setdefault(self._trace_key(point, values), []).append(k)
-        order = sorted(batches.values(), key=len, reverse=True)
+        order = balance(list(batches.values()), lambda k: self.seconds.get(k[0], UNMEASURED_S), self.workers)
         futures = [(keys, self._pool.submit(_predict_many, [(dict(due[k][0]), dict(due[k][1])) for k in keys],
                                             self.decode_tokens)) for keys in order]
         for keys, future in futures:
-            for k, value in zip(keys, future.result(), strict=True):  # a worker's SimError is raised here
+            for k, (value, seconds) in zip(keys, future.result(), strict=True):  # a worker's SimError is raised here
                 self.runs[k] = value
+                self.seconds[k[0]] = seconds
 
     @staticmethod
     def _trace_key(point: Mapping[str, Any], values: Mapping[Unknown, float]) -> tuple:

@@ -56,6 +56,9 @@ class FitResult:
     # the solution's and the priors' centres' (what a cross-validation fold, which starts at the
     # centres, uses to see which unknowns its points move)
     sensitivity: dict[str, dict[str, float]] = field(default_factory=dict)
+    # scipy's cost at the solution: half the sum of the loss over the points (what a
+    # cross-validation fold compares between its starts)
+    cost: float = math.nan
 
     def values_by_unknown(self) -> dict[Unknown, float]:
         return {u: self.values[u.name] for u in self.unknowns}
@@ -202,7 +205,7 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
                      dict(zip(ids, sol.fun.tolist(), strict=True)), dict(zip(ids, r0.tolist(), strict=True)),
                      evaluations, decode_tokens, warnings,
                      {i: {u.name: float(x) for u, x in zip(unknowns, row, strict=True)}
-                      for i, row in zip(ids, sensitivity, strict=True)})
+                      for i, row in zip(ids, sensitivity, strict=True)}, float(sol.cost))
 
 
 def _step(unknown: Unknown, u: float) -> float:

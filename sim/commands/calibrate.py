@@ -27,8 +27,12 @@ def calibrate_cmd(
                                      help="Decode tokens per point run (the default run length, as sim validate's)."),
     max_evals: int = typer.Option(200, "--max-evals", help="Evaluations per fit (each runs every point once)."),
     cv_max_evals: int | None = typer.Option(
-        None, "--cv-max-evals", help="Evaluations per cross-validation refit (default: --max-evals); each starts, "
-                                     "as the full fit, at the priors' centres."),
+        None, "--cv-max-evals", help="Evaluations per cross-validation refit (default: --max-evals); each starts "
+                                     "at the priors' centres (see --cv-start)."),
+    cv_start: str = typer.Option(
+        "centre", "--cv-start", help="centre: each fold searches from the priors' centres only; both: also from "
+                                     "the full fit's values, kept only if the fold's own points' cost is over 5% "
+                                     "lower (the file names each fold's start under fold_starts)."),
     loss: str = typer.Option("linear", "--loss", help="linear: least squares on log(predicted/published); soft_l1, "
                                                      "huber: robust, a residual beyond 20% weighs like its size, not "
                                                      "its square; cauchy, arctan: ever less as it grows."),
@@ -36,7 +40,8 @@ def calibrate_cmd(
                                                                 "(default: one per core)."),
     start: Path | None = typer.Option(None, "--start", help="A calibration file whose values start the full fit "
                                                             "(default: the priors' centres); folds start at the "
-                                                            "priors' centres whatever this says."),
+                                                            "priors' centres whatever this says (and, with "
+                                                            "--cv-start both, at the full fit's values)."),
     no_cv: bool = typer.Option(False, "--no-cv", help="Skip the leave-one-source-group-out refits."),
     json_out: bool = typer.Option(False, "--json", help="Print the calibration as JSON."),
 ) -> None:
@@ -72,6 +77,12 @@ def calibrate_cmd(
         raise SimError(f"must be one of {', '.join(LOSSES)}, got {loss!r}", field="--loss")
     if workers is not None:
         check_int(workers, "--workers", 1, 256)
+    from sim.calibrate.calibration import CV_STARTS
+
+    if cv_start not in CV_STARTS:
+        from sim.errors import SimError
+
+        raise SimError(f"must be one of {', '.join(CV_STARTS)}, got {cv_start!r}", field="--cv-start")
     unknowns = select(load_unknowns(), params, "unknown", "--params")
     start_values = None
     if start is not None:
@@ -91,10 +102,11 @@ def calibrate_cmd(
     made_by = " ".join(["sim calibrate", *(f"--points '{points}'" for _ in [0] if points),
                         *(f"--params '{params}'" for _ in [0] if params), f"--decode-tokens {decode_tokens}",
                         f"--max-evals {max_evals}", *([f"--cv-max-evals {cv_max_evals}"] if cv_max_evals else []),
+                        *([f"--cv-start {cv_start}"] if cv_start != "centre" else []),
                         *([f"--loss {loss}"] if loss != "linear" else []), *([f"--start {start}"] if start else []),
                         *(["--no-cv"] if no_cv else [])])
     cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, cv_max_evals=cv_max_evals,
-                          cross_validate=not no_cv, made_by=made_by, loss=loss,
+                          cross_validate=not no_cv, made_by=made_by, loss=loss, cv_start=cv_start,
                           workers=workers or default_workers(), start=start_values, progress=progress)
     mapping = cal.to_mapping()
     if out is not None:

@@ -331,3 +331,41 @@ def test_a_calibration_file_is_read_again_when_it_changes_and_each_caller_gets_i
     path.write_text(yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
     os.utime(path, ns=(1, 1))  # another version on disk, even on a coarse clock
     assert load_calibration(path).values["mixtral-density"] == 0.15
+
+
+def test_a_fold_keeps_the_full_fits_start_only_when_its_own_points_rank_it_better(monkeypatch):
+    """``cv_start='both'``: a fold stalled in a local basin near the centres (its kept points'
+    cost higher there) takes the solution found from the full fit's values, and says so; the
+    default searches from the centres alone, and a shallower far basin leaves the centres' solution."""
+    import sim.calibrate.evaluator as evaluator
+    from sim.calibrate.calibration import calibrate
+
+    points = _points("pi2-mixtral-7gb-mem-*,pi2-mixtral-7gb,pi2-mixtral-19gb,pi2-mixtral-offload50")
+    rank = _unknown("mixtral-predictor-rank")
+
+    def wells(deep: float):
+        def predicted(point, values, *, decode_tokens):  # a shallow well by the centre, another at 0.9
+            u = rank.to_unit(values[rank])
+            h = 0.3 - 0.2 * math.exp(-((u - 0.42) / 0.08) ** 2) - deep * math.exp(-((u - 0.9) / 0.06) ** 2)
+            return float(point["published"]) * math.exp(h)
+        return predicted
+
+    far = {rank.name: rank.from_unit(0.9)}
+    monkeypatch.setattr(evaluator, "predict", wells(0.3))
+    both, _ = calibrate(points, [rank], decode_tokens=4, max_evals=6, start=far, cv_start="both")
+    centre, _ = calibrate(points, [rank], decode_tokens=4, max_evals=6, start=far)
+    group = "[PI2] Fig. 10"
+    assert rank.to_unit(centre.folds[group][rank.name]) < 0.6  # stalled by the centre
+    assert rank.to_unit(both.folds[group][rank.name]) > 0.8
+    assert both.meta["fold_starts"][group] == "full fit" and centre.meta["fold_starts"][group] == "centre"
+    kept_costs = both.meta["fold_costs"][group]
+    assert kept_costs["full fit"] < 0.95 * kept_costs["centre"] and set(centre.meta["fold_costs"][group]) == {"centre"}
+    monkeypatch.setattr(evaluator, "predict", wells(0.15))  # the far well shallower: the centre's stays
+    worse, _ = calibrate(points, [rank], decode_tokens=4, max_evals=6, start=far, cv_start="both")
+    assert worse.meta["fold_starts"][group] == "centre"
+
+
+def test_an_unknown_cv_start_is_refused_naming_the_flag(capsys):
+    assert main(["calibrate", "--params", "mixtral-predictor-rank", "--points", MEMORY, "--cv-start", "warm"]) == 2
+    err = capsys.readouterr().err
+    assert "--cv-start" in err and "both" in err
