@@ -77,12 +77,6 @@ def calibrate_cmd(
         raise SimError(f"must be one of {', '.join(LOSSES)}, got {loss!r}", field="--loss")
     if workers is not None:
         check_int(workers, "--workers", 1, 256)
-    from sim.calibrate.calibration import CV_STARTS
-
-    if cv_start not in CV_STARTS:
-        from sim.errors import SimError
-
-        raise SimError(f"must be one of {', '.join(CV_STARTS)}, got {cv_start!r}", field="--cv-start")
     unknowns = select(load_unknowns(), params, "unknown", "--params")
     start_values = None
     if start is not None:
