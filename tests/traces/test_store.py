@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 import zipfile
 from dataclasses import replace
@@ -196,6 +197,11 @@ def test_runs_share_the_stored_trace_and_agree(folder, generated, monkeypatch):
           "offload": 0.5}
     first = simulation.simulate(**kw).summary
     n = len(generated)
+    # the read-ahead thread reads the trace to its end and renames the stored file into place,
+    # possibly just after the run has returned (it did after a busy CI machine's run)
+    for thread in threading.enumerate():
+        if thread.name == "trace-read-ahead":
+            thread.join(timeout=30)
     simulation._GENERATED.clear()  # as a new process would start
     second = simulation.simulate(**kw).summary
     assert len(generated) == n and len(store.entries(folder)) == 1
