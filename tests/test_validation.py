@@ -108,3 +108,15 @@ def test_a_bad_rung_names_the_point(monkeypatch, extra, message):
     with pytest.raises(validation.SimError, match=message) as err:
         validation.load_points()
     assert err.value.source == "published.yaml" and err.value.field == "p.rung"
+
+
+def test_a_point_run_analytic_gives_what_the_des_gives_for_its_metric():
+    """A point may name `mode: analytic` where its metric does not depend on timing (a cache's
+    hit ratio: the trace's replay through the cache decides it); the DES must agree with it."""
+    analytic = [p for p in validation.load_points() if p.get("mode") == "analytic"]
+    assert analytic, "no published point runs analytic"
+    for point in analytic:
+        assert point["metric"].startswith("cache_"), point["id"]
+        got = validation.run_point(point, decode_tokens=8)["predicted"]
+        des = validation.run_point({**point, "mode": "des"}, decode_tokens=8)["predicted"]
+        assert got == pytest.approx(des, rel=1e-9), point["id"]

@@ -161,7 +161,7 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
                     def refit(begin: Mapping[str, float] | None, label: str, g: str = group,
                               kept: list = kept, free: list = free, held_fixed: dict = held_fixed) -> FitResult:
                         return fit(kept, free, decode_tokens=decode_tokens, max_evals=cv_max_evals or max_evals,
-                                   evaluator=ev, loss=loss, fixed=held_fixed, start=begin,
+                                   evaluator=ev, loss=loss, fixed=held_fixed, start=begin, sensitivity=False,
                                    progress=(lambda n, c: progress(f"without {g}{label}", n, c)) if progress else None)
 
                     sub = refit(None, "")

@@ -30,6 +30,13 @@ from sim.errors import SimError
 # Finite-difference step in unit coordinates: a DES prediction is piecewise constant at
 # tiny scales (integer neuron counts, a fixed seed), so a step far above float noise.
 DIFF_STEP = 0.04
+# The search's resolution in unit coordinates (a thousandth of each prior's width): trial
+# points are evaluated on this grid, and the search stops once its steps are this short. Below
+# it, predictions differ by the trace's sampling alone, and a trust region shrinking towards a
+# value at its bound otherwise re-simulated every point a dozen times at steps of 1e-5 to 1e-12,
+# then took a noise "improvement" for a step and paid a whole Jacobian there (a third of the
+# default calibration's time).
+RESOLUTION = 1e-3
 AT_BOUND = 0.01  # within 1% of the prior's width of an end: "at its bound"
 # scipy.optimize.least_squares's losses: plain least squares, or robust ones that weigh a residual
 # beyond ROBUST_SCALE less than its square (soft_l1 and huber: like its size; cauchy and arctan:
@@ -94,7 +101,7 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         max_evals: int = 200, start: Mapping[str, float] | None = None,
         progress: Callable[[int, float], None] | None = None, runs: dict[tuple, float] | None = None,
         evaluator: Evaluator | None = None, loss: str = "linear", f_scale: float = ROBUST_SCALE,
-        fixed: Mapping[Unknown, float] | None = None) -> FitResult:
+        fixed: Mapping[Unknown, float] | None = None, sensitivity: bool = True) -> FitResult:
     """Fit ``unknowns`` to ``points`` (published.yaml entries) and return the estimate.
 
     Predictions go through ``evaluator`` (memoised by point and the values in its scope, run
@@ -104,7 +111,9 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     residual beyond ``f_scale`` (in log units) less than its square, so one point whose gap no
     value can close (a missing mechanism, which the result still reports) cannot drag every
     value towards its bound. ``fixed``: other unknowns' values, applied to the points they
-    reach but not fitted (a cross-validation fold's).
+    reach but not fitted (a cross-validation fold's). ``sensitivity``: also measure which
+    unknowns move which points at the solution and the priors' centres (two more Jacobians;
+    a calibration's folds use the full fit's, and need none of their own).
     """
     from scipy.optimize import least_squares
 
@@ -142,9 +151,10 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     memo: dict[bytes, np.ndarray] = {}
 
     def cached(u: np.ndarray) -> np.ndarray:
-        key = np.asarray(u, dtype=float).tobytes()
+        u = on_grid(u)
+        key = u.tobytes()
         if key not in memo:
-            memo[key] = residuals(np.asarray(u, dtype=float))
+            memo[key] = residuals(u)
         return memo[key]
 
     def steps(u: np.ndarray) -> list[np.ndarray]:
@@ -159,7 +169,8 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         """Forward differences with an absolute step in unit coordinates (backward near the top
         bound): scipy's own step is relative to x, which vanishes near the lower bound. Every
         column's runs are asked for at once, so they run in parallel."""
-        trials = steps(u)
+        u = on_grid(u)
+        trials = [on_grid(s) for s in steps(u)]
         ev.ensure([req for s in [u, *trials] for req in requests(s)])
         r = cached(u)
         jac = np.empty((len(r), len(u)))
@@ -174,11 +185,17 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         r0 = cached(u0)
         jac0 = jacobian(u0)
         sol = least_squares(cached, u0, jac=jacobian, bounds=(0.0, 1.0), max_nfev=max_evals, x_scale=1.0,
-                            method="trf", loss=loss, f_scale=f_scale)
+                            method="trf", loss=loss, f_scale=f_scale, xtol=RESOLUTION)
+        x = on_grid(sol.x)  # where its residuals were evaluated
+        # where the folds start (the priors' centres) too, when the search began elsewhere: a fold
+        # judges which unknowns its points move there, not only where a warm start and the solution lie
+        centre = np.full(len(unknowns), 0.5)
+        ends = [jac0, *([np.asarray(jacobian(x)), *([jacobian(centre)] if not np.allclose(u0, centre) else [])]
+                        if sensitivity else [])]
     finally:
         if own:
             ev.close()
-    values = values_at(sol.x)
+    values = values_at(x)
     dof = max(len(points) - len(unknowns), 1)
     s2 = float(np.sum(sol.fun ** 2)) / dof
     sigma: dict[str, float] = {}
@@ -186,26 +203,27 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         cov_u = np.linalg.pinv(sol.jac.T @ sol.jac) * s2
         for i, unk in enumerate(unknowns):
             su = math.sqrt(max(float(cov_u[i, i]), 0.0))
-            x = float(sol.x[i])
-            hi, lo = unk.from_unit(min(x + su, 1.0)), unk.from_unit(max(x - su, 0.0))
+            xi = float(x[i])
+            hi, lo = unk.from_unit(min(xi + su, 1.0)), unk.from_unit(max(xi - su, 0.0))
             sigma[unk.name] = abs(hi - lo) / 2
     except np.linalg.LinAlgError:
         sigma = {unk.name: math.nan for unk in unknowns}
-    at_bound = [unk.name for unk, x in zip(unknowns, sol.x, strict=True)
-                if x <= AT_BOUND or x >= 1 - AT_BOUND or values[unk] in (unk.from_unit(0.0), unk.from_unit(1.0))]
+    at_bound = [unk.name for unk, xi in zip(unknowns, x, strict=True)
+                if xi <= AT_BOUND or xi >= 1 - AT_BOUND or values[unk] in (unk.from_unit(0.0), unk.from_unit(1.0))]
     warnings = [f"{name} ended at its prior's bound: a sign of a missing mechanism, not a value to trust"
                 for name in at_bound]
     ids = [str(p["id"]) for p in points]
-    # where the folds start (the priors' centres) too, when the search began elsewhere: a fold
-    # judges which unknowns its points move there, not only where a warm start and the solution lie
-    centre = np.full(len(unknowns), 0.5)
-    ends = [jac0, np.asarray(jacobian(sol.x)), *([jacobian(centre)] if not np.allclose(u0, centre) else [])]
-    sensitivity = np.max(np.abs(np.stack(ends)), axis=0)
+    moved = np.max(np.abs(np.stack(ends)), axis=0)
     return FitResult(unknowns, {u.name: v for u, v in values.items()}, sigma, at_bound, ids,
                      dict(zip(ids, sol.fun.tolist(), strict=True)), dict(zip(ids, r0.tolist(), strict=True)),
                      evaluations, decode_tokens, warnings,
                      {i: {u.name: float(x) for u, x in zip(unknowns, row, strict=True)}
-                      for i, row in zip(ids, sensitivity, strict=True)}, float(sol.cost))
+                      for i, row in zip(ids, moved, strict=True)}, float(sol.cost))
+
+
+def on_grid(u: np.ndarray) -> np.ndarray:
+    """``u`` rounded to the search's grid (RESOLUTION), inside the unit box."""
+    return np.clip(np.round(np.asarray(u, dtype=float) / RESOLUTION) * RESOLUTION, 0.0, 1.0)
 
 
 def _step(unknown: Unknown, u: float) -> float:
@@ -215,7 +233,7 @@ def _step(unknown: Unknown, u: float) -> float:
     sign = 1.0 if u + DIFF_STEP <= 1.0 else -1.0
     h = DIFF_STEP
     while unknown.integer and h < 0.5 and unknown.from_unit(min(max(u + sign * h, 0.0), 1.0)) == unknown.from_unit(u):
-        h *= 1.5
+        h = math.ceil(1.5 * h / RESOLUTION) * RESOLUTION  # on the search's grid
     return sign * h
 
 

@@ -154,6 +154,31 @@ def test_a_warm_started_fit_reports_what_its_points_move_at_the_priors_centres(m
     assert all(s[rank.name] > 0.5 for s in warm.sensitivity.values())  # the centre's slope (~1)
 
 
+def test_a_search_ending_at_a_bound_simulates_each_grid_value_once(monkeypatch):
+    """Where the best value lies past the prior's end, scipy's trust region shrinks towards the
+    bound with steps of 1e-5 to 1e-12; the search evaluates on its grid, so those steps cost no
+    new simulation, and it stops once its steps are shorter than the grid."""
+    import sim.calibrate.evaluator as evaluator
+    from sim.calibrate.fit import RESOLUTION
+
+    points = _points("flash-opt-compute,flash-opt-total")
+    eff = _unknown("m1-pytorch-cpu-efficiency")
+    asked: list[float] = []
+
+    def past_the_top(point, values, *, decode_tokens):  # nearer the published figure the higher the value
+        u = eff.to_unit(values[eff])
+        asked.append(u)
+        return float(point["published"]) * math.exp(0.5 * (1.3 - u))
+
+    monkeypatch.setattr(evaluator, "predict", past_the_top)
+    result = fit(points, [eff], max_evals=40, start={eff.name: eff.from_unit(0.8)})
+    assert result.at_bound == [eff.name]
+    grid = sorted({round(u, 9) for u in asked})
+    assert all(abs(u / RESOLUTION - round(u / RESOLUTION)) < 1e-6 for u in grid)
+    assert len(asked) == len(points) * len(grid)  # every (point, value) once
+    assert len(grid) <= 12  # start, steps to the bound, their difference columns, the centre's two
+
+
 def test_the_fit_reduces_the_error_and_stays_in_the_prior():
     points = _points(MEMORY)
     rank = _unknown("mixtral-predictor-rank")

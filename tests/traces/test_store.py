@@ -191,20 +191,33 @@ def test_a_store_that_fills_up_mid_trace_costs_only_the_reuse(folder, monkeypatc
     assert store.entries(folder) == [] and not list(folder.glob("*.part"))  # and no partial file is left
 
 
-def test_runs_share_the_stored_trace_and_agree(folder, generated, monkeypatch):
+def test_runs_share_the_stored_trace_and_agree(folder, monkeypatch):
+    """The first run records the generated trace, a run in a fresh process (an empty in-process
+    cache) opens it. Counted by which store object each run builds: a chunk count would also
+    see read-ahead threads of other tests' traces still generating in this worker process."""
     monkeypatch.setattr(simulation, "_GENERATED", type(simulation._GENERATED)())
+    built: list[str] = []
+    for cls in (store._Recording, store._Stored):
+        init = cls.__init__
+
+        def spy(self, *args, _init=init, _name=cls.__name__, **kwargs):
+            built.append(_name)
+            _init(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__init__", spy)
     kw = {"model": "llama-2-7b", "prompt_tokens": 2, "decode_tokens": 3, "warmup_tokens": 1, "profile_tokens": 2,
           "offload": 0.5}
+    before = set(threading.enumerate())
     first = simulation.simulate(**kw).summary
-    n = len(generated)
-    # the read-ahead thread reads the trace to its end and renames the stored file into place,
-    # possibly just after the run has returned (it did after a busy CI machine's run)
-    for thread in threading.enumerate():
+    # this run's read-ahead thread reads the trace to its end and renames the stored file into
+    # place, possibly just after the run has returned (it did after a busy CI machine's run)
+    for thread in set(threading.enumerate()) - before:
         if thread.name == "trace-read-ahead":
             thread.join(timeout=30)
+    assert built == ["_Recording"] and len(store.entries(folder)) == 1
     simulation._GENERATED.clear()  # as a new process would start
     second = simulation.simulate(**kw).summary
-    assert len(generated) == n and len(store.entries(folder)) == 1
+    assert built == ["_Recording", "_Stored"] and len(store.entries(folder)) == 1
     for key in ("decode_tokens_per_s", "cache_miss_ratio_mean", "flash_bytes_per_token"):
         assert second[key] == first[key]
 
