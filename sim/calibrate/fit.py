@@ -217,7 +217,7 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     return FitResult(unknowns, {u.name: v for u, v in values.items()}, sigma, at_bound, ids,
                      dict(zip(ids, sol.fun.tolist(), strict=True)), dict(zip(ids, r0.tolist(), strict=True)),
                      evaluations, decode_tokens, warnings,
-                     {i: {u.name: float(x) for u, x in zip(unknowns, row, strict=True)}
+                     {i: {u.name: float(s) for u, s in zip(unknowns, row, strict=True)}
                       for i, row in zip(ids, moved, strict=True)}, float(sol.cost))
 
 
