@@ -187,11 +187,14 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         sol = least_squares(cached, u0, jac=jacobian, bounds=(0.0, 1.0), max_nfev=max_evals, x_scale=1.0,
                             method="trf", loss=loss, f_scale=f_scale, xtol=RESOLUTION)
         x = on_grid(sol.x)  # where its residuals were evaluated
-        # where the folds start (the priors' centres) too, when the search began elsewhere: a fold
-        # judges which unknowns its points move there, not only where a warm start and the solution lie
-        centre = np.full(len(unknowns), 0.5)
-        ends = [jac0, *([np.asarray(jacobian(x)), *([jacobian(centre)] if not np.allclose(u0, centre) else [])]
-                        if sensitivity else [])]
+        ends = [jac0]
+        if sensitivity:
+            ends.append(jacobian(x))
+            # where the folds start (the priors' centres) too, when the search began elsewhere: a fold
+            # judges which unknowns its points move there, not only where a warm start and the solution lie
+            centre = np.full(len(unknowns), 0.5)
+            if not np.allclose(u0, centre):
+                ends.append(jacobian(centre))
     finally:
         if own:
             ev.close()
