@@ -38,19 +38,23 @@ QTAIL = FIRST_FREE + 1  # absolute position of the next entry
 RECENCY_FREE = FIRST_FREE + 2  # first scalar slot free for the policy
 
 
-def new_rows(n_items: int, columns: int = 2, max_item_bytes: int = 1) -> np.ndarray:
+def new_rows(n_items: int, columns: int = 2, max_item_bytes: int = 1, slot: int = POS) -> np.ndarray:
+    """Rows of an empty cache: zeros, the ``slot`` column ``NONE``."""
     dtype = np.int32 if max_item_bytes < 2**31 and n_items < 2**31 else np.int64
     rows = np.zeros((n_items, columns), dtype=dtype)
-    rows[:, POS] = NONE
+    rows[:, slot] = NONE
     return rows
 
 
 def rows_for(n_items: int, columns: int, one_size: int, max_item_bytes: int) -> np.ndarray:
     """A policy's rows: ``columns`` of them (size, slot, ...), or, for items of one size
     (``one_size`` > 0), the same without the size column, the slot ``NONE`` when absent (4
-    bytes less a row, which the scattered lookups of a large cache feel)."""
-    rows = new_rows(n_items, columns, max_item_bytes)
-    return np.ascontiguousarray(rows[:, 1:]) if one_size else rows
+    bytes less a row, which the scattered lookups of a large cache feel). Made at their
+    width: a contiguous copy of the wider rows' columns took 0.2-0.4 s on Mixtral's 3.7 M
+    items, a tenth of a 128-token run."""
+    if one_size:
+        return new_rows(n_items, columns - 1, max_item_bytes, slot=POS - 1)
+    return new_rows(n_items, columns, max_item_bytes)
 
 
 def rows_taking(node: np.ndarray, one_size: int, sizes: np.ndarray) -> tuple[np.ndarray, int]:

@@ -111,6 +111,10 @@ class RunResult:
     n_evicted: int
     loaded: np.ndarray | None = None  # see loaded_bytes; None: derived from the hits and sizes
     sizes: np.ndarray | None = None
+    # with ``run(per_step=True)``, per step: evictions so far (``evicted[:evicted_ends[s]]`` were
+    # evicted by steps 0..s) and the bytes resident after it
+    evicted_ends: np.ndarray | None = None
+    used_ends: np.ndarray | None = None
 
     @cached_property
     def loaded_bytes(self) -> np.ndarray:
@@ -234,7 +238,7 @@ class CachePolicy(ABC):
 
     def run(self, items: np.ndarray, offsets: np.ndarray, *, sizes: np.ndarray | None = None,
             tokens: np.ndarray | None = None, next_use: np.ndarray | None = None,
-            record_evictions: bool = False, check: bool = True) -> RunResult:
+            record_evictions: bool = False, check: bool = True, per_step: bool = False) -> RunResult:
         """Serve a block of steps given as CSR (``items[offsets[s]:offsets[s+1]]`` is step s).
 
         Keys must be unique within each step (not checked: this is the replay fast path);
@@ -242,7 +246,10 @@ class CachePolicy(ABC):
         step's token index (default: one token per step); ``next_use`` gives, per request,
         the index of the next step that requests the same key (only Belady reads it).
         ``check=False`` skips the key and bound checks, for the engine's strategies, which
-        build both from a checked trace and call once per layer or token.
+        build both from a checked trace and call once per layer or token. ``per_step`` also
+        reports, after each step, the evictions so far and the bytes resident
+        (``evicted_ends``, ``used_ends``): what a caller booking each step's effect needs
+        (LLM in a Flash's rows per layer), in one call for a whole token.
         """
         items = np.ascontiguousarray(items, dtype=np.int64).reshape(-1)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64).reshape(-1)
@@ -274,10 +281,39 @@ class CachePolicy(ABC):
                 raise SimError(f"must give one next-use step per key ({items.shape[0]})", field="next_use")
         # Every eviction undoes an insertion made before the block (at most n_items are
         # resident) or within it (at most one per request), so this bound cannot overflow.
+        # Only the written prefix is ever read, so the buffer is left unfilled (its pages are
+        # touched as evictions land: zeroing Mixtral's 30 MB took 36 ms a growth) and grows
+        # with headroom (a token's steps in one block ask for a little more each time).
         need = self.n_items + items.shape[0] + 1
         if record_evictions and self._evbuf.shape[0] < need:
-            self._evbuf = np.zeros(need, dtype=np.int64)
+            self._evbuf = np.empty(need + need // 4, dtype=np.int64)
+        if per_step:
+            return self._run_steps(items, sizes, offsets, tokens, next_use, record_evictions)
         return self._run_block(items, sizes, offsets, tokens, next_use, record_evictions)
+
+    def _run_steps(self, items: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, tokens: np.ndarray,
+                   next_use: np.ndarray, record: bool) -> RunResult:
+        """The block one step at a time, exactly as one ``run`` per step, noting after each the
+        evictions so far and the bytes resident (the kernels report neither per step)."""
+        n_steps = offsets.shape[0] - 1
+        hit = np.empty(items.shape[0], dtype=np.bool_)
+        evicted_ends = np.zeros(n_steps, dtype=np.int64)
+        used_ends = np.zeros(n_steps, dtype=np.int64)
+        evicted: list[np.ndarray] = []
+        n_ev = 0
+        for s in range(n_steps):
+            lo, hi = int(offsets[s]), int(offsets[s + 1])
+            r = self._run_block(items[lo:hi], sizes[lo:hi], np.array([0, hi - lo], dtype=np.int64), tokens[s:s + 1],
+                                next_use[lo:hi] if next_use.size else next_use, record)
+            hit[lo:hi] = r.hit
+            n_ev += r.n_evicted
+            if r.evicted is not None:
+                evicted.append(r.evicted)
+            evicted_ends[s] = n_ev
+            used_ends[s] = self.used_bytes
+        keys = np.concatenate(evicted) if evicted else np.zeros(0, dtype=np.int64)
+        return RunResult(hit, keys if record else None, n_ev, sizes=sizes, evicted_ends=evicted_ends,
+                         used_ends=used_ends)
 
     def _run_block(self, items: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, tokens: np.ndarray,
                    next_use: np.ndarray, record: bool) -> RunResult:

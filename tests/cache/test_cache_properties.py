@@ -110,3 +110,32 @@ def test_belady_bounds_every_policy_given_another_profile(seed, profile_seed, pc
         assert row.loaded_bytes >= best.loaded_bytes, name
         if name != "pi2-segmented":
             assert row.misses >= best.misses, name
+
+
+@settings(max_examples=80, deadline=None)
+@given(stream=steps_strategy(), cap=st.integers(0, 12), name=st.sampled_from(POLICY_NAMES),
+       size_seed=st.integers(0, 3), per_token=st.integers(1, 3))
+def test_per_step_block_is_one_run_per_step(stream, cap, name, size_seed, per_token):
+    """``run(per_step=True)`` serves a block exactly as one ``run`` per step would, and its
+    per-step ends are the evictions so far and the bytes resident after each step."""
+    n, steps = stream
+    sizes = np.random.default_rng(size_seed).integers(1, 4, n) if size_seed else np.ones(n, dtype=np.int64)
+    items, offsets = csr(steps)
+    tokens = np.arange(len(steps), dtype=np.int64) // per_token  # several steps a token, as a token's layers
+    future = next_use(items, offsets) if name == "belady" else None
+    one, block = build(name, cap, n, items, offsets, sizes), build(name, cap, n, items, offsets, sizes)
+    hits, evicted, ends, used = [], [], [], []
+    for s in range(len(steps)):
+        lo, hi = offsets[s], offsets[s + 1]
+        r = one.run(items[lo:hi], np.array([0, hi - lo]), tokens=tokens[s:s + 1], record_evictions=True,
+                    next_use=None if future is None else future[lo:hi])
+        hits.append(r.hit)
+        evicted.append(r.evicted)
+        ends.append(sum(e.size for e in evicted))
+        used.append(one.used_bytes)
+    out = block.run(items, offsets, tokens=tokens, record_evictions=True, next_use=future, per_step=True)
+    np.testing.assert_array_equal(out.hit, np.concatenate(hits) if hits else np.zeros(0, bool))
+    np.testing.assert_array_equal(out.evicted, np.concatenate(evicted) if evicted else np.zeros(0, np.int64))
+    np.testing.assert_array_equal(out.evicted_ends, ends)
+    np.testing.assert_array_equal(out.used_ends, used)
+    assert out.n_evicted == (ends[-1] if ends else 0)

@@ -242,14 +242,14 @@ def test_memory_management_follows_churn(tiny):
 def moves_per_token(monkeypatch, model: str, trace: Trace, knobs: dict, **kw) -> tuple[np.ndarray, object]:
     """A run and the rows its memory management moved (inserted + evicted) in each decode token."""
     moved: dict[int, int] = {}
-    plan = lif.LlmInFlash._layer_plan
+    plan = lif.LlmInFlash._token_plan
 
-    def spy(self, work, t, stats):
-        out = plan(self, work, t, stats)
-        moved[t] = moved.get(t, 0) + out[2]
+    def spy(self, layers, t, stats):
+        out = plan(self, layers, t, stats)
+        moved[t] = moved.get(t, 0) + sum(layer[2] for layer in out)
         return out
 
-    monkeypatch.setattr(lif.LlmInFlash, "_layer_plan", spy)
+    monkeypatch.setattr(lif.LlmInFlash, "_token_plan", spy)
     result = run(model, trace, knobs, **kw)
     monkeypatch.undo()
     n = len(result.tokens)

@@ -45,9 +45,11 @@ them (unified memory on both the M1 Max and the phones).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+from numba import njit
 from pydantic import Field
 
 from sim.cache.base import MAX_TOKEN
@@ -65,11 +67,14 @@ from sim.engine.strategies.base import (
 )
 from sim.engine.strategies.serial import Step, compute, cpu, on_unit, read, run_steps, spread_threads, steps_time_s
 from sim.engine.unit_labels import accelerator
-from sim.engine.workload import LayerWork
+from sim.engine.workload import LayerWork, TokenWork
 from sim.profiles.device import DeviceProfile
 
 # [FLASH §4]: "we use 32 threads" to read from flash (parallel reads raise SSD throughput).
 FLASH_IO_THREADS = 32
+
+# one layer's plan: (neurons read sparsely, FFN rows multiplied, rows copied, FFN bytes read densely)
+Plan = tuple[int, int, int, int]
 
 
 class LlmInFlashKnobs(Knobs):
@@ -182,60 +187,57 @@ class LlmInFlash(Strategy):
         self.gathers = unit is None or unit.sparse_kernels
 
     def warm_token(self, t: int, layers: list[LayerWork], stats: TokenStats) -> None:
-        for work in layers:
-            self._layer_plan(work, t, stats)
+        self._token_plan(layers, t, stats)
 
-    # -- per-layer plan (shared by warm-up, DES and analytic) -------------------------------
-    def _layer_plan(self, work: LayerWork, t: int, stats: TokenStats) -> tuple[int, int, int, int]:
-        """(neurons read sparsely, FFN rows multiplied, rows copied, FFN bytes read densely)."""
+    # -- per-token plan (shared by warm-up, DES and analytic) -------------------------------
+    def _token_plan(self, layers: Sequence[LayerWork], t: int, stats: TokenStats) -> list[Plan]:
+        """Per layer: (neurons read sparsely, FFN rows multiplied, rows copied, FFN bytes read
+        densely). The window moves layer by layer, one step a layer; nothing else touches it
+        between a token's layers, so the token's steps go to the policy in one call."""
         model = self.ctx.model
         self.last_token = max(self.last_token, t)
         if not self.k.predictor:
             n = model.top_k * model.ffn_dim
             resident = int(round(self.static_share * n))
-            stats.requests += n
-            stats.hits += resident
-            stats.misses += n - resident
-            return 0, n, 0, (n - resident) * self.packed_bytes
-        keys = work.predicted
-        n = int(keys.size)
-        stats.requests += n
+            stats.requests += n * len(layers)
+            stats.hits += resident * len(layers)
+            stats.misses += (n - resident) * len(layers)
+            return [(0, n, 0, (n - resident) * self.packed_bytes)] * len(layers)
+        work = TokenWork.from_layers(layers)
+        keys, bounds = work.predicted, work.p_bounds
+        sizes = np.diff(bounds)
+        n_all = int(keys.size)
+        stats.requests += n_all
         if self.all_resident:
-            stats.hits += n
-            return 0, (n if self.gathers else model.top_k * model.ffn_dim), 0, 0
+            stats.hits += n_all
+            dense = model.top_k * model.ffn_dim
+            return [(0, int(n) if self.gathers else dense, 0, 0) for n in sizes]
         if self.policy is None:  # no window: read the whole predicted set, drop it after use
-            stats.misses += n
-            return n, n, n, 0
+            stats.misses += n_all
+            return [(int(n), int(n), int(n), 0) for n in sizes]
         if self.pinned is not None:  # the hot region always hits; the window sees the rest
-            keys = keys[~self.pinned[keys]]
+            keys, bounds = _unpinned(keys, bounds, self.pinned)
         used0 = self.policy.used_bytes
-        res = self.policy.run(keys, np.array([0, keys.size]), tokens=np.array([t]), record_evictions=True,
-                              check=False)
-        n_miss = int(keys.size) - int(np.count_nonzero(res.hit))
-        evicted = res.evicted
-        assert evicted is not None  # recorded
-        inserted = (self.policy.used_bytes - used0) // self.row_bytes + evicted.size
-        # Misses are inserted in key order until the step's pinned bytes fill the capacity;
-        # the rest are read, used and dropped (bypassed).
-        groups = self.ctx.meta.n_neurons
-        if inserted:
-            self.rows += np.bincount(keys[~res.hit][:inserted] // groups, minlength=self.n_groups)
-        if evicted.size:
-            self.rows -= np.bincount(evicted // groups, minlength=self.n_groups)
-        stats.hits += n - n_miss
-        stats.misses += n_miss
-        if self.k.compute_rows == "window" or not self.gathers:
-            base = work.layer * self.ctx.meta.n_experts
-            rows = int(self.rows[base + work.experts].sum()) + (n_miss - inserted)
-        else:
-            rows = n
-        return n_miss, rows, int(inserted + evicted.size), 0
+        res = self.policy.run(keys, bounds, tokens=np.full(bounds.size - 1, t, dtype=np.int64),
+                              record_evictions=True, check=False, per_step=True)
+        assert res.evicted is not None and res.evicted_ends is not None and res.used_ends is not None
+        groups = work.layer_ids[:, None] * self.ctx.meta.n_experts + work.experts
+        misses, inserted, held = _book_rows(self.rows, keys, bounds, res.hit, res.evicted, res.evicted_ends,
+                                            res.used_ends, used0, self.row_bytes, self.ctx.meta.n_neurons,
+                                            groups.astype(np.int64))
+        n_miss_all = int(misses.sum())
+        stats.hits += n_all - n_miss_all
+        stats.misses += n_miss_all
+        evicted = np.diff(res.evicted_ends, prepend=0)
+        window_rows = self.k.compute_rows == "window" or not self.gathers
+        return [(int(m), int(h + m - i) if window_rows else int(n), int(i + e), 0)
+                for m, i, h, e, n in zip(misses, inserted, held, evicted, sizes, strict=True)]
 
     # -- steps -------------------------------------------------------------------------------
     def _dense_read(self, phase: str, name: str, nbytes: float) -> Step:
         return read(phase, name, math.ceil(nbytes / self.dense_block), self.dense_block, sequential=True)
 
-    def _layer_steps(self, work: LayerWork, t: int, context_tokens: int, stats: TokenStats) -> list[Step]:
+    def _layer_steps(self, plan: Plan, context_tokens: int) -> list[Step]:
         costs, dtype, k = self.ctx.costs, self.ctx.dtype, self.k
         steps = []
         attn = costs.attention(context_tokens) + costs.router()
@@ -247,7 +249,7 @@ class LlmInFlash(Strategy):
             w = costs.predictor()
             steps.append(compute(unit, "predictor_s", "predictor", w.weight_bytes, w.ops,
                                  self.ctx.model.predictor.dtype))
-        loaded, rows, moved, dense_bytes = self._layer_plan(work, t, stats)
+        loaded, rows, moved, dense_bytes = plan
         if dense_bytes:
             steps.append(self._dense_read("io_s", "ffn-read", dense_bytes))
         if loaded:
@@ -270,7 +272,7 @@ class LlmInFlash(Strategy):
         return [*steps, compute(unit, "lm_head_s", "lm_head", w.weight_bytes, w.ops, self.ctx.dtype)]
 
     def _token_steps(self, t: int, layers: list[LayerWork], context_tokens: int, stats: TokenStats) -> list[Step]:
-        steps = [s for work in layers for s in self._layer_steps(work, t, context_tokens, stats)]
+        steps = [s for plan in self._token_plan(layers, t, stats) for s in self._layer_steps(plan, context_tokens)]
         return steps + self._head_steps(self.k.decode_unit)
 
     # -- decode / prefill / analytic -----------------------------------------------------------
@@ -306,3 +308,57 @@ class LlmInFlash(Strategy):
                              costs.layer_weights(), batch=p, kernel="gemm")
         steps += self._head_steps(self.k.decode_unit)
         yield from run_steps(ctx.machine, steps, stats)
+
+
+# -- per-token bookkeeping, compiled: a token's layers are many short steps, where numpy's
+# per-call overhead (gathers, bincounts over every (layer, expert) group, masks) cost about
+# as much as the window's kernel itself ----------------------------------------------------
+@njit(cache=True)
+def _unpinned(keys: np.ndarray, bounds: np.ndarray, pinned: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each step's keys outside the hot region, in their order, and the new step bounds."""
+    out = np.empty_like(keys)
+    out_bounds = np.zeros_like(bounds)
+    n = 0
+    for s in range(bounds.shape[0] - 1):
+        for i in range(bounds[s], bounds[s + 1]):
+            if not pinned[keys[i]]:
+                out[n] = keys[i]
+                n += 1
+        out_bounds[s + 1] = n
+    return out[:n], out_bounds
+
+
+@njit(cache=True)
+def _book_rows(rows: np.ndarray, keys: np.ndarray, bounds: np.ndarray, hit: np.ndarray, evicted: np.ndarray,
+               evicted_ends: np.ndarray, used_ends: np.ndarray, used0: int, row_bytes: int, neurons: int,
+               groups: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Book each step (layer) in the rows each (layer, expert) matrix holds, in step order;
+    return per step its misses, its inserted rows and the rows its layer's ``groups`` hold
+    after it.
+
+    A step's misses are inserted in key order until its pinned bytes fill the capacity (the
+    first ``inserted`` of them: the growth of the resident bytes plus what it evicted); the
+    rest are read, used and dropped (bypassed)."""
+    n_steps = bounds.shape[0] - 1
+    misses = np.zeros(n_steps, dtype=np.int64)
+    inserted = np.zeros(n_steps, dtype=np.int64)
+    held = np.zeros(n_steps, dtype=np.int64)
+    used = used0
+    ev0 = 0
+    for s in range(n_steps):
+        ins = (used_ends[s] - used) // row_bytes + (evicted_ends[s] - ev0)
+        m = 0
+        for i in range(bounds[s], bounds[s + 1]):
+            if not hit[i]:
+                if m < ins:
+                    rows[keys[i] // neurons] += 1
+                m += 1
+        for j in range(ev0, evicted_ends[s]):
+            rows[evicted[j] // neurons] -= 1
+        h = 0
+        for g in groups[s]:
+            h += rows[g]
+        misses[s], inserted[s], held[s] = m, ins, h
+        used = used_ends[s]
+        ev0 = evicted_ends[s]
+    return misses, inserted, held
