@@ -11,6 +11,7 @@ from the others.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from collections import OrderedDict
@@ -97,7 +98,8 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
               max_evals: int = 200, cross_validate: bool = True, made_by: str = "sim calibrate",
               cv_max_evals: int | None = None, loss: str = "linear", workers: int = 1,
               start: Mapping[str, float] | None = None, cv_start: str = "centre",
-              progress: Callable[[str, int, float], None] | None = None) -> tuple[Calibration, FitResult]:
+              progress: Callable[[str, int, float], None] | None = None,
+              evaluator: Evaluator | None = None) -> tuple[Calibration, FitResult]:
     """Fit on every point, then refit once per source group held out (leave-one-group-out).
 
     ``start`` (names to values) is where the full fit's search begins (the priors' centres
@@ -123,13 +125,15 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
     and then the held-out error measures the search, not the prediction. The kept points decide;
     what can still leak is where the second solution sits along directions they leave nearly
     flat, so ``meta.fold_starts`` names the start each fold kept and ``meta.fold_costs`` the
-    kept points' cost (scipy's: half the summed loss) each start reached. Returns the calibration and
-    the full fit.
+    kept points' cost (scipy's: half the summed loss) each start reached. ``evaluator``: the
+    one to run the predictions on (the caller's, to read afterwards what each point cost), else
+    one of ``workers`` processes for this call. Returns the calibration and the full fit.
     """
     check_fit(points, unknowns)
     if cv_start not in CV_STARTS:
         raise SimError(f"must be one of {', '.join(CV_STARTS)}, got {cv_start!r}", field="--cv-start")
-    with Evaluator(decode_tokens, workers=workers) as ev:  # predictions shared by the full fit and its folds
+    own = Evaluator(decode_tokens, workers=workers) if evaluator is None else contextlib.nullcontext(evaluator)
+    with own as ev:  # predictions shared by the full fit and its folds
         full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, evaluator=ev, loss=loss,
                    start=start, progress=(lambda n, c: progress("all points", n, c)) if progress else None)
 

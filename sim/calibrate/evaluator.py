@@ -84,6 +84,8 @@ class Evaluator:
         self.workers = max(1, int(workers))
         self.runs: dict[Key, float] = {} if runs is None else runs
         self.seconds: dict[str, float] = {}  # point id -> its last run's seconds in a worker
+        # point id -> (runs, seconds) over everything computed: where a calibration's time went
+        self.spent: dict[str, tuple[int, float]] = {}
         self._pool: ProcessPoolExecutor | None = None
 
     def __enter__(self) -> Evaluator:
@@ -120,7 +122,8 @@ class Evaluator:
             return
         if self.workers == 1 or len(due) == 1:
             for k, (point, values) in due.items():
-                self.runs[k] = predict(point, values, decode_tokens=self.decode_tokens)
+                [(self.runs[k], seconds)] = _predict_many([(point, values)], self.decode_tokens)
+                self._book(k[0], seconds)
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self.workers,
@@ -138,6 +141,11 @@ class Evaluator:
             for k, (value, seconds) in zip(keys, future.result(), strict=True):  # a worker's SimError is raised here
                 self.runs[k] = value
                 self.seconds[k[0]] = seconds
+                self._book(k[0], seconds)
+
+    def _book(self, point_id: str, seconds: float) -> None:
+        runs, total = self.spent.get(point_id, (0, 0.0))
+        self.spent[point_id] = (runs + 1, total + seconds)
 
     @staticmethod
     def _trace_key(point: Mapping[str, Any], values: Mapping[Unknown, float]) -> tuple:

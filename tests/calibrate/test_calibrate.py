@@ -288,6 +288,22 @@ def test_parallel_predictions_equal_in_process_ones():
     assert parallel[0] != run_point(points[0], decode_tokens=4)["predicted"]  # the value reached the run
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_the_evaluator_books_each_computed_prediction_once(workers):
+    """``spent`` counts the runs each point cost and their seconds: a memoised request is free."""
+    from sim.calibrate.evaluator import Evaluator
+
+    eff = _unknown("m1-pytorch-cpu-efficiency")
+    points = _points("flash-opt-compute,flash-opt-total-naive")
+    with Evaluator(4, workers=workers) as ev:
+        for value in (0.05, 0.06):
+            ev.ensure([(p, Evaluator.scoped(p, {eff: value})) for p in points])
+        ev.ensure([(points[0], Evaluator.scoped(points[0], {eff: 0.05}))])  # known: no run
+        spent = dict(ev.spent)
+    assert sorted(spent) == sorted(str(p["id"]) for p in points)
+    assert all(runs == 2 and seconds > 0 for runs, seconds in spent.values())
+
+
 def test_a_fold_refits_from_the_priors_and_holds_an_unknown_its_points_cannot_move_at_the_centre():
     """Leave-one-group-out without leaks: without [FLASH] Table 3 no kept point depends on the
     M1 PyTorch path's compute efficiency (the memory breakdown is PowerInfer-2's, the abstract's
