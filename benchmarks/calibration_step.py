@@ -2,7 +2,7 @@
 
 A calibration is a sequence of steps, each a set of predictions asked for at once: a Jacobian
 (every point at the current values and at one unknown moved per column) or a trial point.
-This times one Jacobian at the bundled values (moved off them by ``SHIFT`` of each prior's
+This times one Jacobian at the bundled values (moved off them by ``SHIFTS`` of each prior's
 width, so nothing is memoised: every edited trace is new, as in a real step) first in this
 process, then on ``default_workers()`` processes at another shift, each with a fresh trace
 store. It prints the wall time of each, the seconds the workers spent between them (the
@@ -20,26 +20,32 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from sim.calibrate.apply import applicable
 from sim.calibrate.calibration import load_calibration
 from sim.calibrate.evaluator import Evaluator, default_workers
+from sim.calibrate.fit import _step, on_grid
 from sim.calibrate.unknowns import Unknown
 from sim.traces.store import ENV_DIR
 from sim.validation import load_points
 
 SHIFTS = (0.013, 0.017)  # unit coordinates off the bundled values: a fresh trace for every preset column
-DIFF = 0.04  # a column's step (fit.DIFF_STEP)
 SHOWN = 6
 
 
 def jacobian_requests(points: list[Mapping[str, Any]], unknowns: list[Unknown], values: Mapping[str, float],
                       shift: float) -> list[tuple[Mapping[str, Any], dict[Unknown, float]]]:
-    """Every point at ``values`` moved by ``shift``, and at each unknown moved one step more."""
-    base = {u: u.from_unit(min(max(u.to_unit(values[u.name]) + shift, 0.0), 1.0)) for u in unknowns}
-    columns = [base]
-    for u in unknowns:
-        x = u.to_unit(base[u])
-        columns.append({**base, u: u.from_unit(x + DIFF if x <= 1 - DIFF else x - DIFF)})
+    """Every point at ``values`` moved by ``shift``, and at each unknown moved by the fit's own
+    difference step (widened for an integer unknown until its value changes), on its grid."""
+    at = on_grid(np.array([u.to_unit(values[u.name]) + shift for u in unknowns]))
+    columns = []
+    for i in range(-1, len(unknowns)):  # -1: the base column
+        x = at.copy()
+        if i >= 0:
+            x[i] += _step(unknowns[i], float(at[i]))
+        x = on_grid(x)
+        columns.append({u: u.from_unit(float(xi)) for u, xi in zip(unknowns, x, strict=True)})
     return [(p, {k: vals[k] for k in applicable(unknowns, p)}) for vals in columns for p in points]
 
 
