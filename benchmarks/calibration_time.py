@@ -35,6 +35,7 @@ def main() -> None:
     cv_max_evals = int(committed.meta.get("cv_max_evals", max_evals))
     loss = str(committed.meta.get("loss", "linear"))
     cv_start = str(committed.meta.get("cv_start", "centre"))  # where the folds search from
+    cv_jacobian = str(committed.meta.get("cv_jacobian", "difference"))  # how the folds update their Jacobians
     start = committed.meta.get("start")  # the full fit's start, when `--start` gave one (else the priors' centres)
     workers = default_workers()
     t0 = time.perf_counter()
@@ -50,7 +51,7 @@ def main() -> None:
     with Evaluator(decode_tokens, workers=workers) as ev:
         cal, full = calibrate(points, committed.unknowns, decode_tokens=decode_tokens, max_evals=max_evals,
                               cv_max_evals=cv_max_evals, loss=loss, start=start, cv_start=cv_start,
-                              progress=progress, evaluator=ev)
+                              cv_jacobian=cv_jacobian, progress=progress, evaluator=ev)
         spent = dict(ev.spent)
     elapsed = time.perf_counter() - t0
     print(f"default calibration ({workers} worker processes, {decode_tokens} decode tokens, loss {loss}): "

@@ -22,7 +22,7 @@ from typing import Any
 
 from sim.bundled import bundled_dir
 from sim.calibrate.evaluator import Evaluator
-from sim.calibrate.fit import FitResult, check_fit, fit, today
+from sim.calibrate.fit import JACOBIANS, FitResult, check_fit, fit, today
 from sim.calibrate.unknowns import Unknown, load_unknowns, registry_version
 from sim.errors import SimError
 from sim.lru import file_version, kept
@@ -99,7 +99,7 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
               cv_max_evals: int | None = None, loss: str = "linear", workers: int = 1,
               start: Mapping[str, float] | None = None, cv_start: str = "centre",
               progress: Callable[[str, int, float], None] | None = None,
-              evaluator: Evaluator | None = None) -> tuple[Calibration, FitResult]:
+              evaluator: Evaluator | None = None, cv_jacobian: str = "difference") -> tuple[Calibration, FitResult]:
     """Fit on every point, then refit once per source group held out (leave-one-group-out).
 
     ``start`` (names to values) is where the full fit's search begins (the priors' centres
@@ -127,11 +127,16 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
     flat, so ``meta.fold_starts`` names the start each fold kept and ``meta.fold_costs`` the
     kept points' cost (scipy's: half the summed loss) each start reached. ``evaluator``: the
     one to run the predictions on (the caller's, to read afterwards what each point cost), else
-    one of ``workers`` processes for this call. Returns the calibration and the full fit.
+    one of ``workers`` processes for this call. ``cv_jacobian``: how a fold's search updates its
+    Jacobian (:data:`~sim.calibrate.fit.JACOBIANS`; the full fit always measures each one by
+    differences, since its values and their uncertainties are what the calibration reports).
+    Returns the calibration and the full fit.
     """
     check_fit(points, unknowns)
     if cv_start not in CV_STARTS:
         raise SimError(f"must be one of {', '.join(CV_STARTS)}, got {cv_start!r}", field="--cv-start")
+    if cv_jacobian not in JACOBIANS:  # before the full fit's minutes, not at the first fold
+        raise SimError(f"must be one of {', '.join(JACOBIANS)}, got {cv_jacobian!r}", field="--cv-jacobian")
     own = Evaluator(decode_tokens, workers=workers) if evaluator is None else contextlib.nullcontext(evaluator)
     with own as ev:  # predictions shared by the full fit and its folds
         full = fit(points, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, evaluator=ev, loss=loss,
@@ -166,6 +171,7 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
                               kept: list = kept, free: list = free, held_fixed: dict = held_fixed) -> FitResult:
                         return fit(kept, free, decode_tokens=decode_tokens, max_evals=cv_max_evals or max_evals,
                                    evaluator=ev, loss=loss, fixed=held_fixed, start=begin, sensitivity=False,
+                                   jacobian_updates=cv_jacobian,
                                    progress=(lambda n, c: progress(f"without {g}{label}", n, c)) if progress else None)
 
                     sub = refit(None, "")
@@ -184,7 +190,7 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
             **({"start": {u.name: _num(float(start[u.name])) for u in unknowns if u.name in start}} if start else {}),
             "evaluations": full.evaluations,
             "warnings": list(full.warnings), "fold_notes": notes,
-            **({"cv_start": cv_start, "fold_starts": starts,
+            **({"cv_start": cv_start, "cv_jacobian": cv_jacobian, "fold_starts": starts,
                 "fold_costs": {g: {k: _num(v) for k, v in c.items()} for g, c in costs.items()}}
                if cross_validate else {}),
             "residuals": {i: {"before": _num(full.initial_residuals[i]), "after": _num(full.residuals[i])}

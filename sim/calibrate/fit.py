@@ -43,6 +43,12 @@ AT_BOUND = 0.01  # within 1% of the prior's width of an end: "at its bound"
 # ever less, so a point no value can reach stops pulling once it is far off)
 LOSSES = ("linear", "soft_l1", "huber", "cauchy", "arctan")
 ROBUST_SCALE = 0.2  # the robust losses' scale in log units: ~20%, about the published points' tolerance
+# How the search gets its Jacobians after the first (always by differences): ``difference``
+# re-measures every column at each accepted step; ``secant`` updates the last one along the
+# step just taken (Broyden's rank-one update, as MINPACK's hybrid solvers do), which costs no
+# run beyond the step's own residuals. A difference Jacobian is most of a fit's runs (each
+# column is a simulation of every point the unknown reaches, and a preset's column a new trace).
+JACOBIANS = ("difference", "secant")
 
 
 @dataclass
@@ -101,7 +107,8 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         max_evals: int = 200, start: Mapping[str, float] | None = None,
         progress: Callable[[int, float], None] | None = None, runs: dict[tuple, float] | None = None,
         evaluator: Evaluator | None = None, loss: str = "linear", f_scale: float = ROBUST_SCALE,
-        fixed: Mapping[Unknown, float] | None = None, sensitivity: bool = True) -> FitResult:
+        fixed: Mapping[Unknown, float] | None = None, sensitivity: bool = True,
+        jacobian_updates: str = "difference") -> FitResult:
     """Fit ``unknowns`` to ``points`` (published.yaml entries) and return the estimate.
 
     Predictions go through ``evaluator`` (memoised by point and the values in its scope, run
@@ -114,12 +121,17 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
     reach but not fitted (a cross-validation fold's). ``sensitivity``: also measure which
     unknowns move which points at the solution and the priors' centres (two more Jacobians;
     a calibration's folds use the full fit's, and need none of their own).
+    ``jacobian_updates`` (see JACOBIANS): ``secant`` measures the Jacobian by differences at
+    the start only and updates it along each accepted step; the reported uncertainty then
+    rests on that updated Jacobian (a cross-validation fold, which reports none, uses it).
     """
     from scipy.optimize import least_squares
 
     check_fit(points, unknowns)
     if loss not in LOSSES:
         raise SimError(f"must be one of {', '.join(LOSSES)}, got {loss!r}", field="--loss")
+    if jacobian_updates not in JACOBIANS:
+        raise SimError(f"must be one of {', '.join(JACOBIANS)}, got {jacobian_updates!r}", field="--cv-jacobian")
     own = evaluator is None
     ev = Evaluator(decode_tokens, runs=runs) if evaluator is None else evaluator
     published = np.array([float(p["published"]) for p in points])
@@ -178,13 +190,30 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
             jac[:, i] = (cached(s) - r) / (s[i] - u[i])
         return jac
 
+    last: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # the Jacobian handed out last, and where
+
+    def secant(u: np.ndarray) -> np.ndarray:
+        """The first Jacobian by differences, each later one the last updated along the step
+        from where it held to ``u``."""
+        u = on_grid(u)
+        r = cached(u)
+        if last:
+            u_was, r_was, jac_was = last[0]
+            jac = broyden_update(jac_was, u - u_was, r - r_was)
+        else:
+            jac = jacobian(u)
+        last[:] = [(u, r, jac)]
+        return jac
+
+    jac_of = secant if jacobian_updates == "secant" else jacobian
+
     try:
         u0 = np.array([unk.to_unit(float(start[unk.name])) if start and unk.name in start else 0.5
                        for unk in unknowns])
         u0 = np.clip(u0, 0.0, 1.0)
         r0 = cached(u0)
-        jac0 = jacobian(u0)
-        sol = least_squares(cached, u0, jac=jacobian, bounds=(0.0, 1.0), max_nfev=max_evals, x_scale=1.0,
+        jac0 = jac_of(u0)
+        sol = least_squares(cached, u0, jac=jac_of, bounds=(0.0, 1.0), max_nfev=max_evals, x_scale=1.0,
                             method="trf", loss=loss, f_scale=f_scale, xtol=RESOLUTION)
         x = on_grid(sol.x)  # where its residuals were evaluated
         ends = [jac0]
@@ -222,6 +251,16 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
                      evaluations, decode_tokens, warnings,
                      {i: {u.name: float(s) for u, s in zip(unknowns, row, strict=True)}
                       for i, row in zip(ids, moved, strict=True)}, float(sol.cost))
+
+
+def broyden_update(jac: np.ndarray, du: np.ndarray, dr: np.ndarray) -> np.ndarray:
+    """Broyden's ("good") rank-one update of ``jac`` after a step ``du`` changed the residuals
+    by ``dr``: the least change (in the Frobenius norm) that reproduces ``dr`` over that step;
+    across every direction orthogonal to the step the Jacobian stays as it was."""
+    norm = float(du @ du)
+    if norm == 0.0:
+        return jac
+    return jac + np.outer(dr - jac @ du, du) / norm
 
 
 def on_grid(u: np.ndarray) -> np.ndarray:

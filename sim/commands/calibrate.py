@@ -33,6 +33,10 @@ def calibrate_cmd(
         "centre", "--cv-start", help="centre: each fold searches from the priors' centres only; both: also from "
                                      "the full fit's values, kept only if the fold's own points' cost is over 5% "
                                      "lower (the file names each fold's start under fold_starts)."),
+    cv_jacobian: str = typer.Option(
+        "difference", "--cv-jacobian", help="difference: a fold's search measures its Jacobian by differences at "
+                                           "each step it takes; secant: at its start only, then updates it along "
+                                           "each step (Broyden), running no simulation beyond the steps' own."),
     loss: str = typer.Option("linear", "--loss", help="linear: least squares on log(predicted/published); soft_l1, "
                                                      "huber: robust, a residual beyond 20% weighs like its size, not "
                                                      "its square; cauchy, arctan: ever less as it grows."),
@@ -97,11 +101,13 @@ def calibrate_cmd(
                         *(f"--params '{params}'" for _ in [0] if params), f"--decode-tokens {decode_tokens}",
                         f"--max-evals {max_evals}", *([f"--cv-max-evals {cv_max_evals}"] if cv_max_evals else []),
                         *([f"--cv-start {cv_start}"] if cv_start != "centre" else []),
+                        *([f"--cv-jacobian {cv_jacobian}"] if cv_jacobian != "difference" else []),
                         *([f"--loss {loss}"] if loss != "linear" else []), *([f"--start {start}"] if start else []),
                         *(["--no-cv"] if no_cv else [])])
     cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, cv_max_evals=cv_max_evals,
                           cross_validate=not no_cv, made_by=made_by, loss=loss, cv_start=cv_start,
-                          workers=workers or default_workers(), start=start_values, progress=progress)
+                          cv_jacobian=cv_jacobian, workers=workers or default_workers(), start=start_values,
+                          progress=progress)
     mapping = cal.to_mapping()
     if out is not None:
         out.write_text(yaml.safe_dump(mapping, sort_keys=False, width=110, allow_unicode=True), encoding="utf-8")

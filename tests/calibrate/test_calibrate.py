@@ -410,3 +410,62 @@ def test_an_unknown_cv_start_is_refused_naming_the_flag(capsys):
     assert main(["calibrate", "--params", "mixtral-predictor-rank", "--points", MEMORY, "--cv-start", "warm"]) == 2
     err = capsys.readouterr().err
     assert "--cv-start" in err and "both" in err
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.randoms(use_true_random=False))
+def test_broydens_update_reproduces_the_step_and_keeps_every_other_direction(n_points, n_unknowns, rnd):
+    """The secant update makes the Jacobian reproduce the residuals' change over the step just
+    taken, and changes nothing across the directions orthogonal to it."""
+    import numpy as np
+
+    from sim.calibrate.fit import broyden_update
+
+    rng = np.random.default_rng(rnd.randint(0, 2**32 - 1))
+    jac = rng.normal(size=(n_points, n_unknowns))
+    du, dr = rng.normal(size=n_unknowns), rng.normal(size=n_points)
+    du[0] += 0.5 * np.sign(du[0])  # a step, not a standstill
+    new = broyden_update(jac, du, dr)
+    assert np.allclose(new @ du, dr)
+    other = rng.normal(size=n_unknowns)
+    other -= (other @ du) / (du @ du) * du
+    assert np.allclose(new @ other, jac @ other)
+    assert broyden_update(jac, np.zeros(n_unknowns), dr) is jac  # no step: nothing learnt
+
+
+def test_a_secant_search_measures_one_jacobian_and_still_finds_the_minimum(monkeypatch):
+    """``jacobian_updates='secant'`` measures differences at the start only: every other value
+    set it simulates is a step it took. On smooth residuals it reaches the same minimum as the
+    difference search, which simulates each step's difference columns too."""
+    import numpy as np
+
+    import sim.calibrate.evaluator as evaluator
+
+    points = [p for p in _points("flash-opt-*") if p.get("modelled") is not False]
+    eff, move = _unknown("m1-pytorch-cpu-efficiency"), _unknown("m1-pytorch-row-move-us")
+    slopes = {str(p["id"]): (1.0 + 0.3 * i, 2.0 - 0.2 * i) for i, p in enumerate(points)}
+    asked: list[tuple] = []
+
+    def curved(point, values, *, decode_tokens):  # the minimum at (0.3, 0.7), not a plane
+        x, y = eff.to_unit(values[eff]) - 0.3, move.to_unit(values[move]) - 0.7
+        a, b = slopes[str(point["id"])]
+        asked.append((round(x, 6), round(y, 6)))
+        return float(point["published"]) * math.exp(a * x + b * y + x * x + 0.5 * x * y)
+
+    monkeypatch.setattr(evaluator, "predict", curved)
+    found = {}
+    for updates in ("difference", "secant"):
+        asked.clear()
+        result = fit(points, [eff, move], max_evals=25, jacobian_updates=updates, sensitivity=False)
+        found[updates] = (eff.to_unit(result.values[eff.name]), move.to_unit(result.values[move.name]))
+        found[updates + " sets"] = len(set(asked))
+    assert np.allclose(found["secant"], (0.3, 0.7), atol=0.01)
+    assert np.allclose(found["difference"], (0.3, 0.7), atol=0.01)
+    assert found["secant sets"] < found["difference sets"]
+
+
+def test_an_unknown_cv_jacobian_is_refused_naming_the_flag(capsys):
+    assert main(["calibrate", "--params", "mixtral-predictor-rank", "--points", MEMORY,
+                 "--cv-jacobian", "newton"]) == 2
+    err = capsys.readouterr().err
+    assert "--cv-jacobian" in err and "secant" in err
