@@ -213,8 +213,12 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         u0 = np.clip(u0, 0.0, 1.0)
         r0 = cached(u0)
         jac0 = jac_of(u0)
-        sol = least_squares(cached, u0, jac=jac_of, bounds=(0.0, 1.0), max_nfev=max_evals, x_scale=1.0,
-                            method="trf", loss=loss, f_scale=f_scale, xtol=RESOLUTION)
+        # scipy gets copies: under a robust loss scipy 1.11 (this project's floor; 1.17 copies them
+        # itself) scales the residuals and Jacobian it is handed in place, which would rewrite the
+        # memo's residuals and the Jacobian a secant update starts from
+        sol = least_squares(lambda u: cached(u).copy(), u0, jac=lambda u: jac_of(u).copy(), bounds=(0.0, 1.0),
+                            max_nfev=max_evals, x_scale=1.0, method="trf", loss=loss, f_scale=f_scale,
+                            xtol=RESOLUTION)
         x = on_grid(sol.x)  # where its residuals were evaluated
         ends = [jac0]
         if sensitivity:

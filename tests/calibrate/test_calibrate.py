@@ -469,3 +469,42 @@ def test_an_unknown_cv_jacobian_is_refused_naming_the_flag(capsys):
                  "--cv-jacobian", "newton"]) == 2
     err = capsys.readouterr().err
     assert "--cv-jacobian" in err and "secant" in err
+
+
+@pytest.mark.parametrize("updates", ["difference", "secant"])
+def test_a_solver_that_scales_its_arrays_in_place_changes_no_fit(monkeypatch, updates):
+    """scipy 1.11 (the floor in pyproject.toml) scales the residuals and Jacobian a robust loss
+    hands it in place; the fit's memo and its secant Jacobian must not see that. A least_squares
+    that does so (after using them as scipy would) gives the same fit as the real one."""
+    import numpy as np
+    import scipy.optimize
+
+    import sim.calibrate.evaluator as evaluator
+
+    points = [p for p in _points("flash-opt-*") if p.get("modelled") is not False]
+    eff, move = _unknown("m1-pytorch-cpu-efficiency"), _unknown("m1-pytorch-row-move-us")
+
+    offsets = {str(p["id"]): 0.3 * (-1) ** i for i, p in enumerate(points)}  # no value fits them all
+
+    def curved(point, values, *, decode_tokens):
+        x, y = eff.to_unit(values[eff]) - 0.3, move.to_unit(values[move]) - 0.6
+        a = 1.0 + 0.2 * (offsets[str(point["id"])] > 0)
+        return float(point["published"]) * math.exp(a * x + 0.8 * y + x * x + offsets[str(point["id"])])
+
+    monkeypatch.setattr(evaluator, "predict", curved)
+    clean = fit(points, [eff, move], max_evals=12, loss="soft_l1", jacobian_updates=updates, sensitivity=False)
+    real = scipy.optimize.least_squares
+
+    def scaling(fun, x0, jac, **kw):
+        def scaled(f):
+            def call(x):
+                out = f(x)
+                kept = np.array(out, copy=True)
+                out *= 0.5  # what scipy 1.11 does to the caller's array under a robust loss
+                return kept
+            return call
+        return real(scaled(fun), x0, jac=scaled(jac), **kw)
+
+    monkeypatch.setattr(scipy.optimize, "least_squares", scaling)
+    again = fit(points, [eff, move], max_evals=12, loss="soft_l1", jacobian_updates=updates, sensitivity=False)
+    assert again.values == clean.values and again.residuals == clean.residuals
