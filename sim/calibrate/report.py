@@ -38,6 +38,9 @@ def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_to
     in_sample = calibration.in_sample()
     for col in (*ERROR_COLUMNS, "predicted_uncalibrated", "predicted_cv", "cv_group"):
         out[col] = math.nan if col != "cv_group" else None
+    # a table whose points all ran has no error text: pandas made the column float, which would
+    # refuse the message of a point the calibration cannot run
+    out["error"] = out["error"].astype(object)
     for i, row in out.iterrows():
         point = points.get(str(row["id"]))
         if point is None or row.get("status") != "ok":

@@ -20,7 +20,10 @@ mobile neurons (all but the static hottest ones) trade propensities by a uniform
 shuffle: the set of propensity values, hence the density and the skew, is unchanged,
 but a different set of neurons is hot. The shuffled
 neurons' states are drawn afresh from their new propensities: a topic change changes the
-hidden state at once, so the new hot neurons fire at the first token that sees it. Each
+hidden state at once, so the new hot neurons fire at the first token that sees it. With a
+``duration`` a shift is an excursion: that many tokens later the same neurons trade their
+propensities back (the inverse of the same keyed permutation) and draw fresh states again,
+so the prompt's context, and the hot set an offline profile or a cache learnt, returns. Each
 pool's part of a shift is applied just before the pool's next step (or when the chunk
 ends): every draw is keyed by the shift's token, so this is exact, and it works on state
 the step is about to load anyway (with the shuffle's draws vectorised, generating a
@@ -51,6 +54,7 @@ STREAM_CATCH_UP = 9
 STREAM_CATCH_UP_GROUPS = 10
 STREAM_CATCH_UP_FALSE_POS = 11
 STREAM_DRIFT_STATE = 12
+STREAM_DRIFT_UNDO_STATE = 13
 
 
 @nb.njit(inline="always", cache=True)
@@ -303,10 +307,36 @@ def drift_events(key, t0, t1, rate, regular):
     return out[:m]
 
 
+@nb.njit(cache=True)
+def drift_schedule(key, t0, t1, rate, regular, duration):
+    """The context-shift events in ``[t0, t1)``: when each applies, the token its draws are
+    keyed by, and whether it undoes that token's shift (an excursion ``duration`` tokens long
+    ending; ``duration`` 0: shifts last for good).
+
+    Built token by token, the end of an excursion before a shift at the same token, so the
+    order is fixed and every chunking of the tokens sees the same events.
+    """
+    at = np.empty(2 * max(t1 - t0, 0), np.int64)
+    drawn = np.empty_like(at)
+    undo = np.zeros(at.shape[0], np.bool_)
+    m = 0
+    for t in range(t0, t1):
+        if duration > 0 and t - duration >= 0 and drift_event(key, t - duration, rate, regular):
+            at[m], drawn[m], undo[m] = t, t - duration, True
+            m += 1
+        if drift_event(key, t, rate, regular):
+            at[m], drawn[m] = t, t
+            m += 1
+    return at[:m], drawn[:m], undo[:m]
+
+
 @nb.njit(cache=True, boundscheck=False)
-def _shift_pool(t, layer, e, key, share, static_p, p_by_id, refresh, state, last_t, with_pred, z_by_id, z_refresh,
-                z_state, recall, group_size, group_of_id, group_p, strength, keep, gev, scratch, flags, ints):
-    """Apply the context shift of token ``t`` to pool ``(layer, e)`` (whose share is > 0).
+def _shift_pool(t, drawn, undo, layer, e, key, share, static_p, p_by_id, refresh, state, last_t, with_pred, z_by_id,
+                z_refresh, z_state, recall, group_size, group_of_id, group_p, strength, keep, gev, scratch, flags,
+                ints):
+    """Apply the context-shift event at token ``t`` to pool ``(layer, e)`` (whose share is > 0):
+    the shift drawn at token ``drawn`` (``t`` itself), or with ``undo`` its inverse, which ends
+    that excursion.
 
     A pool routed before is first stepped to ``t`` under the propensities before the
     shift. Then each mobile neuron is picked with probability ``share`` and the picked
@@ -318,7 +348,10 @@ def _shift_pool(t, layer, e, key, share, static_p, p_by_id, refresh, state, last
     new context's hot neurons are active at once), and ``last_t`` becomes ``t`` so the row
     emitted at ``t`` does not step it again. A pool never routed starts from its (new)
     propensities anyway. Every draw is keyed by (``t``, layer, expert), so applying it
-    later, just before the pool's next step, gives the same result as at ``t``.
+    later, just before the pool's next step, gives the same result as at ``t``. The pick
+    depends only on the static set, which no shift moves, so an undo keyed by ``drawn``
+    picks the same neurons and applies the inverse permutation: with no other shift in
+    between the pool's propensities are back where they were.
 
     The draws are those of a Fisher-Yates shuffle of the picked neurons' values in place,
     done faster: the pick is a branch-free loop (it vectorises) whose flags become ids as
@@ -348,9 +381,9 @@ def _shift_pool(t, layer, e, key, share, static_p, p_by_id, refresh, state, last
             _step_with_predictor(p, st, rg, z, zst, rz, recall[layer], s0, keep)
         else:
             _step_chain(p, st, rg, s0)
-    s_pick = stream_seed(key, t, layer, e, STREAM_DRIFT_PICK)
-    s_shuffle = stream_seed(key, t, layer, e, STREAM_DRIFT_SHUFFLE)
-    s_state = stream_seed(key, t, layer, e, STREAM_DRIFT_STATE)
+    s_pick = stream_seed(key, drawn, layer, e, STREAM_DRIFT_PICK)
+    s_shuffle = stream_seed(key, drawn, layer, e, STREAM_DRIFT_SHUFFLE)
+    s_state = stream_seed(key, t, layer, e, STREAM_DRIFT_UNDO_STATE if undo else STREAM_DRIFT_STATE)
     share_l = share[layer]
     static_l = static_p[layer]
     for i in range(p.shape[0]):
@@ -364,6 +397,11 @@ def _shift_pool(t, layer, e, key, share, static_p, p_by_id, refresh, state, last
     for j in range(m - 1, 0, -1):  # Fisher-Yates over the picked positions
         k = swap[j]
         perm[j], perm[k] = perm[k], perm[j]
+    if undo:  # the inverse permutation: new[perm[j]] = old[j]
+        for j in range(m):
+            swap[perm[j]] = j
+        for j in range(m):
+            perm[j] = swap[j]
     old_p, old_z = scratch[0], scratch[1]
     for j in range(m):
         old_p[j] = p[idx[j]]
@@ -408,7 +446,8 @@ def _grown(buf, used, need):
 def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
                  with_pred, z_by_id, z_refresh, z_state, recall,
                  group_size, group_of_id, group_p, strength,
-                 drift_rate, drift_regular, drift_share, drift_static_p, active_count, ids, pred_ids):
+                 drift_rate, drift_regular, drift_duration, drift_share, drift_static_p, active_count, ids,
+                 pred_ids):
     """Advance the neuron chains of the routed experts and emit CSR rows.
 
     Rows are produced in the format's (token, layer, slot) order straight into the output
@@ -439,7 +478,7 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
     # Context shifts are applied to a pool lazily, just before its next step (or at the end of
     # the chunk): the same draws, but on state the step is about to load anyway, instead of a
     # pass over every pool's tables at the shift.
-    shifts = drift_events(key, t0, t0 + n_tok, drift_rate, drift_regular)
+    shifts, drawn, undo = drift_schedule(key, t0, t0 + n_tok, drift_rate, drift_regular, drift_duration)
     next_shift = np.zeros(last_t.shape, np.int64)  # per pool, its first shift not yet applied
     for i in range(n_tok):
         t = t0 + i
@@ -453,9 +492,9 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
                 k = next_shift[layer, e]
                 while k < shifts.shape[0] and shifts[k] <= t:
                     if drift_share[layer] > 0.0:
-                        _shift_pool(shifts[k], layer, e, key, drift_share, drift_static_p, p_by_id, refresh, state,
-                                    last_t, with_pred, z_by_id, z_refresh, z_state, recall, group_size, group_of_id,
-                                    group_p, strength, keep, gev, scratch, flags, ints)
+                        _shift_pool(shifts[k], drawn[k], undo[k], layer, e, key, drift_share, drift_static_p,
+                                    p_by_id, refresh, state, last_t, with_pred, z_by_id, z_refresh, z_state, recall,
+                                    group_size, group_of_id, group_p, strength, keep, gev, scratch, flags, ints)
                     k += 1
                 next_shift[layer, e] = k
                 last = last_t[layer, e]
@@ -495,7 +534,7 @@ def neuron_chunk(t0, key, experts, p_by_id, refresh, state, last_t,
             continue
         for e in range(last_t.shape[1]):
             for k in range(next_shift[layer, e], shifts.shape[0]):
-                _shift_pool(shifts[k], layer, e, key, drift_share, drift_static_p, p_by_id, refresh, state, last_t,
-                            with_pred, z_by_id, z_refresh, z_state, recall, group_size, group_of_id, group_p,
-                            strength, keep, gev, scratch, flags, ints)
+                _shift_pool(shifts[k], drawn[k], undo[k], layer, e, key, drift_share, drift_static_p, p_by_id,
+                            refresh, state, last_t, with_pred, z_by_id, z_refresh, z_state, recall, group_size,
+                            group_of_id, group_p, strength, keep, gev, scratch, flags, ints)
     return offsets, ids, n, pred_offsets, pred_ids, m

@@ -20,7 +20,9 @@ neuron id, so that it transfers between models of different width and depth:
   regular`` places one shift in every block of ``1 / rate`` tokens instead (default
   ``random``). ``static`` (default 0): the hottest neurons carrying this share of a
   pool's activations are hot in every context and never re-drawn; ``share`` applies to
-  the others.
+  the others. ``duration`` (tokens, default 0 = for good): a shift is an excursion that
+  lasts this many tokens, after which the same neurons trade their propensities back
+  (the prompt's context returns, as after a name, a number or a quoted span).
 - ``routing`` (MoE): per-layer expert popularity and token-to-token expert persistence.
 - ``predictor``: recall and precision (or false-positive rate over inactive neurons) of the
   activation predictor, used to produce the predicted sets.
@@ -53,6 +55,7 @@ from sim.errors import SimError
 
 PROVENANCE_KEYS = ("source", "calibrated", "assumed", "fitted", "derived")
 MAX_EXPERTS = 2**15 - 1  # expert ids are int16 in traces
+MAX_DRIFT_DURATION = 10_000  # tokens: far past any run's context shifts (a longer excursion never ends in a run)
 
 
 @dataclass(frozen=True)
@@ -220,6 +223,16 @@ class SynthParams:
                                lo=0.0, hi=0.99)
         return rate, share, spec.get("spacing", "random") == "regular", static
 
+    def drift_duration(self) -> int:
+        """Tokens a context shift lasts before it is undone (0: it lasts for good)."""
+        value = (self.groups.get("drift") or {}).get("duration", 0)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_DRIFT_DURATION:
+            raise SimError(f"must be a whole number of tokens in [0, {MAX_DRIFT_DURATION}] (0: a shift lasts for "
+                           f"good), got {value!r}", source=self.source, field="drift.duration")
+        return value
+
     def routing(self, dims: SynthDims) -> tuple[np.ndarray, np.ndarray]:
         """Expert popularity (layers, experts; rows sum to 1) and set persistence per layer."""
         spec = self.groups.get("routing") or {}
@@ -285,7 +298,7 @@ _GROUP_KEYS: dict[str, set[str]] = {
     "propensity": {"dist", "sigma", "rank", "logit"},
     "persistence": {"value"},
     "coactivation": {"group_size", "strength"},
-    "drift": {"rate", "share", "spacing", "static"},
+    "drift": {"rate", "share", "spacing", "static", "duration"},
     "routing": {"popularity", "persistence"},
     "predictor": {"recall", "precision", "false_positive_rate", "fp_skew", "fp_persistence"},
 }
@@ -384,6 +397,7 @@ def params_from_mapping(raw: dict[str, Any], source: str = "<params>") -> SynthP
         params.routing(probe)
     params.predictor(probe)
     params.drift(probe)
+    params.drift_duration()
     return params
 
 

@@ -24,7 +24,9 @@ Model, per layer and per expert pool of ``n_neurons`` neurons:
   observes ("hot neurons are consistently activated across inputs"), which is what an
   offline profile can find. The chains then move to the new hot set at their
   refresh rate, which makes bursts of cache misses a few tokens long; these bursts, not
-  the independent chains, are what puts a heavy tail on per-token miss rates.
+  the independent chains, are what puts a heavy tail on per-token miss rates. With a
+  ``duration`` each shift is an excursion: that many tokens later the same neurons trade
+  their propensities back, so the bursts come without leaving the profile's hot set stale.
 - MoE routing: per layer, with probability ``routing.persistence`` a token keeps the
   previous token's experts, else a fresh set is drawn that includes expert ``e`` with
   probability ``top_k * popularity[e]``. Experts that are not routed keep their neuron
@@ -181,6 +183,7 @@ class TraceSynthesizer:
         group_size, self.strength = params.coactivation()
         self.group_size = group_size if self.strength > 0 else 0
         self.drift_rate, self.drift_share, self.drift_regular, drift_static = params.drift(dims)
+        self.drift_duration = params.drift_duration()
         if not np.any(self.drift_share > 0):
             self.drift_rate = 0.0
 
@@ -290,7 +293,8 @@ class TraceSynthesizer:
             self.t, self.key, experts, tb.p_by_id, self.refresh, self.state, self.last_t,
             self.with_pred, tb.z_by_id, self.z_refresh, self.z_state, self.recall,
             self.group_size, tb.group_of_id, tb.group_p, self.strength,
-            self.drift_rate, self.drift_regular, self.drift_share, self.drift_static_p, self.active_count,
+            self.drift_rate, self.drift_regular, self.drift_duration, self.drift_share, self.drift_static_p,
+            self.active_count,
             np.empty(cap_a, np.int32), np.empty(cap_p, np.int32))
         # views of the first n / m entries: the untouched tail of the buffer costs no memory
         ids, pred_ids = ids[:n], pred_ids[:m]

@@ -59,3 +59,21 @@ def test_readme_headline_is_the_committed_tables_mape(committed):
     for shown, key in ((cv, "mape_cv_pct"), (in_sample, "mape_in_sample_pct"),
                        (uncalibrated, "mape_uncalibrated_pct")):
         assert math.isclose(shown, round(figures[key], 1), abs_tol=0.05), key
+
+
+def test_a_point_the_calibration_cannot_run_is_reported_failed_in_its_row(monkeypatch):
+    """Every point ran, so pandas made the error column float: the calibration's message must still fit."""
+    from sim.calibrate import report
+    from sim.errors import SimError
+
+    cal = load_calibration(None)
+    table = validate(["flash-opt-compute"], decode_tokens=int(cal.meta["decode_tokens"]))
+    assert table["error"].isna().all()
+
+    def refuse(*_args, **_kwargs):
+        raise SimError("no field 'duration' at drift", field="preset.drift.duration")
+
+    monkeypatch.setattr(report, "predict", refuse)
+    row = calibrated_table(table, cal, decode_tokens=int(cal.meta["decode_tokens"]), folds=False).iloc[0]
+    assert row["status"] == "failed" and row["error"].startswith("with the calibration:")
+    assert "preset.drift.duration" in row["error"]

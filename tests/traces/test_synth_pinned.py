@@ -23,6 +23,8 @@ import hashlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from sim.traces import _synth_kernels as K
 from sim.traces.params import SynthDims, load_preset
@@ -47,7 +49,8 @@ def _tables(groups: bool):
     return p, z, (rank // 4).astype(np.int32) if groups else None, group_p
 
 
-def _kernel_trace(*, with_pred: bool, groups: bool, drift_rate: float, regular: bool, chunks: list[int]) -> str:
+def _kernel_trace(*, with_pred: bool, groups: bool, drift_rate: float, regular: bool, chunks: list[int],
+                  duration: int = 0) -> str:
     p, z, group_of_id, group_p = _tables(groups)
     if not with_pred:
         z = np.zeros((1, 1, 1), np.float32)
@@ -70,7 +73,7 @@ def _kernel_trace(*, with_pred: bool, groups: bool, drift_rate: float, regular: 
         offsets, ids, n, pred_off, pred_ids, m = K.neuron_chunk(
             t, KEY, experts, p, refresh, state, last_t, with_pred, z, z_refresh, z_state, recall,
             4 if groups else 0, group_of_id, group_p, 0.8 if groups else 0.0,
-            drift_rate, regular, share, static_p, active_count,
+            drift_rate, regular, duration, share, static_p, active_count,
             np.empty(cap, np.int32), np.empty(cap if with_pred else 1, np.int32))
         parts["experts"].append(experts)
         parts["ids"].append(ids[:n])
@@ -144,3 +147,70 @@ def test_preset_trace_is_pinned():
         pytest.skip("this platform's numpy rounds the propensity tables differently; the kernel-level pins apply")
     assert trace == PRESET_TRACE
     assert _preset_digests(17)[1] == PRESET_TRACE
+
+
+# -- excursions: a context shift that lasts ``duration`` tokens, then is undone -----------------
+
+@pytest.mark.parametrize("regular", [False, True], ids=["poisson", "regular"])
+def test_excursions_are_the_same_whatever_the_chunking_and_change_the_trace(regular):
+    def trace(duration, chunks):
+        return _kernel_trace(with_pred=True, groups=False, drift_rate=0.07, regular=regular, chunks=chunks,
+                             duration=duration)
+
+    assert trace(5, [150]) == trace(5, [7, 64, 1, 50, 28])
+    assert trace(5, [150]) != trace(0, [150])
+
+
+def _pool_tables(groups: bool):
+    """One call's worth of _shift_pool arguments over the hand-made tables (no predictor)."""
+    p, _, group_of_id, group_p = _tables(groups)
+    return dict(p=p, refresh=np.array([0.3, 0.875]), state=np.zeros((N_LAYERS, N_EXPERTS, PADDED), np.uint8),
+                last_t=np.full((N_LAYERS, N_EXPERTS), -1, np.int64), z=np.zeros((1, 1, 1), np.float32),
+                z_state=np.zeros((1, 1, 1), np.uint8), group_of_id=group_of_id, group_p=group_p)
+
+
+def _shift(tb, t, drawn, undo, key, share, layer, e, groups):
+    K._shift_pool(t, drawn, undo, layer, e, key, np.full(N_LAYERS, share), np.array([0.5, np.inf], np.float32),
+                  tb["p"], tb["refresh"], tb["state"], tb["last_t"], False, tb["z"], np.ones(N_LAYERS), tb["z_state"],
+                  np.ones(N_LAYERS), 4 if groups else 0, tb["group_of_id"], tb["group_p"], 0.8 if groups else 0.0,
+                  np.zeros(PADDED, np.uint8), np.zeros(N_GROUPS, np.uint8), np.empty((2, N_NEURONS)),
+                  np.zeros(PADDED, np.uint8), np.empty((3, N_NEURONS), np.int32))
+
+
+@settings(max_examples=40, deadline=None)
+@given(key=st.integers(1, 2**63 - 1), drawn=st.integers(0, 10_000), duration=st.integers(1, 60),
+       share=st.sampled_from([0.05, 0.3, 0.77, 1.0]), layer=st.integers(0, N_LAYERS - 1),
+       e=st.integers(0, N_EXPERTS - 1), groups=st.booleans())
+def test_an_excursion_puts_every_propensity_back_where_it_was(key, drawn, duration, share, layer, e, groups):
+    tb = _pool_tables(groups)
+    before_p, before_g = tb["p"].copy(), None if tb["group_of_id"] is None else tb["group_of_id"].copy()
+    _shift(tb, drawn, drawn, False, np.uint64(key), share, layer, e, groups)
+    assert np.array_equal(np.sort(tb["p"][layer, e]), np.sort(before_p[layer, e]))  # a shift only trades values
+    if share == 1.0 and layer == 1:  # every neuron of layer 1 is mobile (no static core): the hot set moved
+        assert not np.array_equal(tb["p"], before_p)
+    _shift(tb, drawn + duration, drawn, True, np.uint64(key), share, layer, e, groups)
+    assert np.array_equal(tb["p"], before_p)  # the same neurons are hot again
+    if before_g is not None:
+        assert np.array_equal(tb["group_of_id"], before_g)
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.integers(1, 2**63 - 1), rate=st.floats(0.01, 0.5), regular=st.booleans(),
+       duration=st.integers(0, 40), t0=st.integers(0, 500), split=st.integers(0, 120), more=st.integers(0, 120))
+def test_the_drift_schedule_ends_each_excursion_duration_tokens_after_it_begins(key, rate, regular, duration, t0,
+                                                                                split, more):
+    key = np.uint64(key)
+    at, drawn, undo = K.drift_schedule(key, t0, t0 + split + more, rate, regular, duration)
+    parts = [K.drift_schedule(key, t0, t0 + split, rate, regular, duration),
+             K.drift_schedule(key, t0 + split, t0 + split + more, rate, regular, duration)]
+    for whole, halves in zip((at, drawn, undo), zip(*parts, strict=True), strict=True):
+        assert np.array_equal(whole, np.concatenate(halves))  # any chunking sees the same events
+    shifts = K.drift_events(key, 0, t0 + split + more, rate, regular)
+    assert np.array_equal(at[~undo], shifts[shifts >= t0])
+    assert np.all(drawn[~undo] == at[~undo])
+    if duration == 0:
+        assert not undo.any()
+    else:
+        assert np.all(at[undo] - drawn[undo] == duration) and np.isin(drawn[undo], shifts).all()
+        assert np.array_equal(drawn[undo], shifts[(shifts >= t0 - duration) & (shifts < t0 + split + more - duration)])
+    assert np.all(np.diff(at) >= 0)

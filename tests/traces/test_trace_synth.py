@@ -269,7 +269,9 @@ def test_bad_drift_parameters_are_one_line_errors():
     for drift, field in (({"rate": 1.5, "share": 0.5}, "drift.rate"), ({"rate": 0.1}, "drift"),
                          ({"rate": 0.1, "share": 2.0}, "drift.share"), ({"rate": 0.1, "speed": 1}, "drift"),
                          ({"rate": 0.1, "share": 0.5, "spacing": "often"}, "drift.spacing"),
-                         ({"rate": 0.1, "share": 0.5, "static": 1.0}, "drift.static")):
+                         ({"rate": 0.1, "share": 0.5, "static": 1.0}, "drift.static"),
+                         *(({"rate": 0.1, "share": 0.5, "duration": bad}, "drift.duration")
+                           for bad in (-1, 2.5, "4", True, 10_001))):
         with pytest.raises(SimError) as info:
             _params(MOE, drift=drift)
         assert "\n" not in str(info.value) and info.value.field == field
