@@ -27,7 +27,8 @@ from sim.profiles.yamlio import load_yaml_text
 # the seed, and a point's knobs (and a speedup's baseline_knobs) are given on their own.
 RUN_KEYS = tuple(k for k in RunConfig.model_fields if k not in ("knobs", "decode_tokens", "warmup_tokens", "seed"))
 DEFAULT_TOLERANCE = 0.15
-SPEEDUP = "speedup"  # the point's run against the same run with `baseline_knobs` (mean latency ratio)
+SPEEDUP = "speedup"  # the point's run against the same run with `baseline_knobs`, or another system's run on
+# the same setting (`baseline`: run options, e.g. a strategy and implementation): the mean latency ratio
 
 
 def published_path() -> str:
@@ -91,20 +92,30 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKE
     """One point's prediction; ``overrides`` replaces run options (a calibration's edits,
     :func:`sim.calibrate.apply.run_overrides`), the knobs among them."""
     overrides = dict(overrides or {})
+    baseline_overrides = dict(overrides.pop("baseline", None) or {})
     knobs = overrides.pop("knobs", point.get("knobs"))
-    kwargs = {k: point[k] for k in RUN_KEYS if k in point}
-    kwargs.update(overrides)
-    if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict):
-        raise SimError(f"point {point['id']!r}: a speedup needs baseline_knobs (the run it is faster than)",
-                       source="published.yaml", field="baseline_knobs")
-    def config(knobs: Any) -> RunConfig:  # a validation point is a run configuration
+    stated = {k: point[k] for k in RUN_KEYS if k in point}  # the run as published.yaml states it
+    kwargs = {**stated, **overrides}
+    other = point.get("baseline")
+    if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict) \
+            and not isinstance(other, dict):
+        raise SimError(f"point {point['id']!r}: a speedup needs baseline_knobs or baseline (the run it is faster "
+                       "than)", source="published.yaml", field="baseline")
+
+    def config(knobs: Any, run: dict[str, Any] | None = None) -> RunConfig:  # a point is a run configuration
         return RunConfig.of(source=f"published.yaml: {point['id']}", decode_tokens=decode_tokens,
-                            warmup_tokens=warmup_tokens, seed=seed, knobs=knobs, **kwargs)
+                            warmup_tokens=warmup_tokens, seed=seed, knobs=knobs, **(kwargs if run is None else run))
 
     # a DRAM breakdown (kind: memory) is `sim memory`'s plan, no run needed
     summary = {"memory": _memory_summary(kwargs)} if point.get("kind") == "memory" else _summary(config(knobs))
     if point["metric"] == SPEEDUP:  # a paper's "N x faster than <baseline>": latency ratio of two runs
-        baseline = _summary(config({**(knobs or {}), **point["baseline_knobs"]}))
+        if isinstance(other, dict):  # another system on the same setting ([PI2] §7.2.3's "1.84x LLM in a Flash")
+            run = {**{k: v for k, v in stated.items() if k != "implementation"},  # its own or none
+                   **{k: other[k] for k in RUN_KEYS if k in other},
+                   **{k: v for k, v in baseline_overrides.items() if k != "knobs"}}
+            baseline = _summary(config(baseline_overrides.get("knobs", other.get("knobs")), run))
+        else:
+            baseline = _summary(config({**(knobs or {}), **point["baseline_knobs"]}))
         summary = {SPEEDUP: baseline["latency_ms_mean"] / summary["latency_ms_mean"]}
     predicted = metric_value(summary, point["metric"])
     published = float(point["published"])

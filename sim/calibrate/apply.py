@@ -49,12 +49,29 @@ def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
     return facts
 
 
+def baseline_run(point: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The run a speedup point is compared with when it names one (``baseline:``, run options
+    such as another strategy or implementation), as a point-like mapping; else None."""
+    baseline = point.get("baseline")
+    if not isinstance(baseline, Mapping):
+        return None
+    own = {k: v for k, v in point.items() if k not in ("baseline", "knobs", "implementation")}
+    return {**own, **baseline}
+
+
 def applicable(unknowns: list[Unknown], point: Mapping[str, Any]) -> list[Unknown]:
-    """The unknowns whose scope covers ``point``."""
+    """The unknowns whose scope covers ``point``: its own run's or, for a point that compares two
+    systems, either run's (a value reaches the point if it reaches one of them)."""
     if point.get("modelled") is False:
         return []
-    facts = scope_facts(point)
-    return [u for u in unknowns if u.applies_to(facts)]
+    runs = [point, *filter(None, [baseline_run(point)])]
+    facts = [scope_facts(run) for run in runs]
+    return [u for u in unknowns if any(u.applies_to(f) for f in facts)]
+
+
+def _own(unknowns: list[Unknown], run: Mapping[str, Any]) -> list[Unknown]:
+    """The unknowns whose scope covers this one run (a baseline's are not its)."""
+    return applicable(unknowns, {k: v for k, v in run.items() if k != "baseline"})
 
 
 def run_overrides(point: Mapping[str, Any], values: Mapping[Unknown, float], *, decode_tokens: int,
@@ -69,7 +86,7 @@ def run_overrides(point: Mapping[str, Any], values: Mapping[Unknown, float], *, 
     """
     from sim.profiles.edits import edit_device, edit_model
 
-    chosen = {u: v for u, v in values.items() if u in applicable(list(values), point)}
+    chosen = {u: v for u, v in values.items() if u in _own(list(values), point)}
     by_kind: dict[str, dict[str, Any]] = {kind: {} for kind in ("model", "device", "knobs", "preset")}
     for unknown, value in chosen.items():
         by_kind[unknown.kind][unknown.field_path] = int(round(value)) if unknown.integer else float(value)
@@ -86,6 +103,10 @@ def run_overrides(point: Mapping[str, Any], values: Mapping[Unknown, float], *, 
         model = apply_overrides("model", out.get("model", point["model"]), profile_edits or {})
         out.update(_edited_trace(point, model, by_kind["preset"],
                                  decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed))
+    baseline = baseline_run(point)
+    if baseline is not None:  # the other system's run takes the values in its own scope
+        out["baseline"] = run_overrides(baseline, values, decode_tokens=decode_tokens, warmup_tokens=warmup_tokens,
+                                        seed=seed, profile_edits=profile_edits)
     return out
 
 

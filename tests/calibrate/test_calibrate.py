@@ -508,3 +508,30 @@ def test_a_solver_that_scales_its_arrays_in_place_changes_no_fit(monkeypatch, up
     monkeypatch.setattr(scipy.optimize, "least_squares", scaling)
     again = fit(points, [eff, move], max_evals=12, loss="soft_l1", jacobian_updates=updates, sensitivity=False)
     assert again.values == clean.values and again.residuals == clean.residuals
+
+
+def test_a_point_comparing_two_systems_takes_each_systems_values_in_its_own_run():
+    """[PI2] §7.2.3's "1.84x LLM in a Flash" runs PowerInfer-2 against [PI2]'s port: a value scoped to
+    either implementation reaches the point, but only the run of its own system."""
+    point = _points("flash-mixtral-7gb")[0]
+    pi2, port = _unknown("pi2-sparse-gemv-speed"), _unknown("pi2-port-readers")
+    sigma = _unknown("mixtral-propensity-sigma")
+    assert set(applicable([pi2, port, sigma], point)) == {pi2, port, sigma}
+    over = run_overrides(point, {pi2: 0.9, port: 3, sigma: 4.0}, decode_tokens=4)
+    assert "readers" not in (over.get("knobs") or {})  # PowerInfer-2's run: its kernel rate, no port knob
+    assert "device" in over
+    assert over["baseline"]["knobs"]["readers"] == 3  # the port's run: its readers, not PowerInfer-2's kernel
+    assert "device" not in over["baseline"]
+    assert "trace" in over and "trace" in over["baseline"]  # the model's skew reaches both
+
+
+def test_a_two_system_speedup_is_the_ratio_of_the_two_runs():
+    from sim.engine.simulation import simulate
+
+    point = _points("flash-mixtral-19gb")[0]
+    ratio = run_point(point, decode_tokens=4)["predicted"]
+    runs = [simulate(device=point["device"], model=point["model"], memory_budget=point["memory_budget"],
+                     decode_tokens=4, **kw).summary["latency_ms_mean"]
+            for kw in ({"strategy": "powerinfer2"},
+                       {"strategy": "llm-in-flash", "implementation": "llm-in-flash/pi2-port"})]
+    assert ratio == pytest.approx(runs[1] / runs[0], rel=1e-9)
