@@ -90,7 +90,8 @@ def metric_value(summary: dict[str, Any], metric: str) -> float:
 def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKENS, warmup_tokens: int = 16,
               seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """One point's prediction; ``overrides`` replaces run options (a calibration's edits,
-    :func:`sim.calibrate.apply.run_overrides`), the knobs among them."""
+    :func:`sim.calibrate.apply.run_overrides`), the knobs among them, and its ``baseline`` entry
+    those of the other system's run of a point that compares two (``baseline:`` in published.yaml)."""
     overrides = dict(overrides or {})
     baseline_overrides = dict(overrides.pop("baseline", None) or {})
     knobs = overrides.pop("knobs", point.get("knobs"))
