@@ -11,7 +11,7 @@ import copy
 import difflib
 import math
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -87,6 +87,18 @@ def metric_value(summary: dict[str, Any], metric: str) -> float:
     return float(value)
 
 
+def baseline_run(point: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The other system's run a speedup point is compared with when it names one (``baseline:``,
+    run options such as a strategy and implementation), as a point-like mapping: the point's
+    setting with the baseline's options in place of its own strategy, implementation and knobs.
+    None for a point without one."""
+    baseline = point.get("baseline")
+    if not isinstance(baseline, Mapping):
+        return None
+    own = {k: v for k, v in point.items() if k not in ("baseline", "knobs", "implementation")}
+    return {**own, **baseline}
+
+
 def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKENS, warmup_tokens: int = 16,
               seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """One point's prediction; ``overrides`` replaces run options (a calibration's edits,
@@ -95,11 +107,9 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKE
     overrides = dict(overrides or {})
     baseline_overrides = dict(overrides.pop("baseline", None) or {})
     knobs = overrides.pop("knobs", point.get("knobs"))
-    stated = {k: point[k] for k in RUN_KEYS if k in point}  # the run as published.yaml states it
-    kwargs = {**stated, **overrides}
-    other = point.get("baseline")
-    if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict) \
-            and not isinstance(other, dict):
+    kwargs = {**{k: point[k] for k in RUN_KEYS if k in point}, **overrides}
+    other = baseline_run(point)
+    if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict) and other is None:
         raise SimError(f"point {point['id']!r}: a speedup needs baseline_knobs or baseline (the run it is faster "
                        "than)", source="published.yaml", field="baseline")
 
@@ -110,9 +120,8 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKE
     # a DRAM breakdown (kind: memory) is `sim memory`'s plan, no run needed
     summary = {"memory": _memory_summary(kwargs)} if point.get("kind") == "memory" else _summary(config(knobs))
     if point["metric"] == SPEEDUP:  # a paper's "N x faster than <baseline>": latency ratio of two runs
-        if isinstance(other, dict):  # another system on the same setting ([PI2] §7.2.3's "1.84x LLM in a Flash")
-            run = {**{k: v for k, v in stated.items() if k != "implementation"},  # its own or none
-                   **{k: other[k] for k in RUN_KEYS if k in other},
+        if other is not None:  # another system on the same setting ([PI2] §7.2.3's "1.84x LLM in a Flash")
+            run = {**{k: other[k] for k in RUN_KEYS if k in other},
                    **{k: v for k, v in baseline_overrides.items() if k != "knobs"}}
             baseline = _summary(config(baseline_overrides.get("knobs", other.get("knobs")), run))
         else:

@@ -18,6 +18,7 @@ from typing import Any
 from sim.calibrate.unknowns import Unknown
 from sim.errors import SimError
 from sim.lru import file_version, kept
+from sim.validation import baseline_run
 
 # Traces generated from edited presets, kept while a fit evaluates the same values on many points.
 _TRACES: OrderedDict[tuple, Any] = OrderedDict()
@@ -47,16 +48,6 @@ def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
     if point.get("device"):
         facts["os"] = getattr(load_device(point["device"]), "os", None)
     return facts
-
-
-def baseline_run(point: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The run a speedup point is compared with when it names one (``baseline:``, run options
-    such as another strategy or implementation), as a point-like mapping; else None."""
-    baseline = point.get("baseline")
-    if not isinstance(baseline, Mapping):
-        return None
-    own = {k: v for k, v in point.items() if k not in ("baseline", "knobs", "implementation")}
-    return {**own, **baseline}
 
 
 def applicable(unknowns: list[Unknown], point: Mapping[str, Any]) -> list[Unknown]:
