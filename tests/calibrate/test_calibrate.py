@@ -535,3 +535,14 @@ def test_a_two_system_speedup_is_the_ratio_of_the_two_runs():
             for kw in ({"strategy": "powerinfer2"},
                        {"strategy": "llm-in-flash", "implementation": "llm-in-flash/pi2-port"})]
     assert ratio == pytest.approx(runs[1] / runs[0], rel=1e-9)
+
+
+def test_one_knob_fitted_per_implementation_reaches_only_that_implementations_runs():
+    """The per-row cost of the preallocated matrix is a knob of the strategy, but Apple's PyTorch program
+    and [PI2]'s port pay their own: each unknown reaches its implementation's points, never the other's."""
+    apple, port = _unknown("m1-pytorch-row-move-us"), _unknown("pi2-port-row-move-us")
+    assert apple.path == port.path
+    table3, port_7b = _points("flash-opt-memory-management")[0], _points("flash-bamboo-offload50")[0]
+    assert set(applicable([apple, port], table3)) == {apple}
+    assert set(applicable([apple, port], port_7b)) == {port}
+    assert run_overrides(port_7b, {port: 1.5}, decode_tokens=4)["knobs"]["row_move_overhead_us"] == 1.5

@@ -104,8 +104,8 @@ class LlmInFlashKnobs(Knobs):
     # None: assumed, [FLASH] runs on PyTorch, whose copy kernels use the intra-op thread pool
     memcpy_threads: int | None = Field(None, ge=1, le=1024, description="threads copying rows into the preallocated "
                                                                "matrix (default: every compute thread)")
-    # 0: a native implementation ([PI2]'s port) is not known to pay it; Apple's PyTorch program
-    # does (validation/unknowns.yaml: m1-pytorch-row-move-us)
+    # 0 by default; each implementation's is fitted (validation/unknowns.yaml: Apple's PyTorch
+    # program m1-pytorch-row-move-us, [PI2]'s port pi2-port-row-move-us)
     row_move_overhead_us: float = Field(
         0.0, ge=0, le=1e4, description="the implementation's fixed cost per row moved into or out of the "
                                        "preallocated matrix, in microseconds ([FLASH §3.3]: each insert or "
