@@ -99,6 +99,12 @@ def baseline_run(point: Mapping[str, Any]) -> dict[str, Any] | None:
     return {**own, **baseline}
 
 
+def _run_options(run: Mapping[str, Any], overrides: Mapping[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """A run's knobs and its other run options, each as ``overrides`` replaces them."""
+    options = {**{k: run[k] for k in RUN_KEYS if k in run}, **{k: v for k, v in overrides.items() if k != "knobs"}}
+    return overrides.get("knobs", run.get("knobs")), options
+
+
 def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKENS, warmup_tokens: int = 16,
               seed: int = 0, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """One point's prediction; ``overrides`` replaces run options (a calibration's edits,
@@ -106,8 +112,7 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKE
     those of the other system's run of a point that compares two (``baseline:`` in published.yaml)."""
     overrides = dict(overrides or {})
     baseline_overrides = dict(overrides.pop("baseline", None) or {})
-    knobs = overrides.pop("knobs", point.get("knobs"))
-    kwargs = {**{k: point[k] for k in RUN_KEYS if k in point}, **overrides}
+    knobs, kwargs = _run_options(point, overrides)
     other = baseline_run(point)
     if point["metric"] == SPEEDUP and not isinstance(point.get("baseline_knobs"), dict) and other is None:
         raise SimError(f"point {point['id']!r}: a speedup needs baseline_knobs or baseline (the run it is faster "
@@ -121,9 +126,7 @@ def run_point(point: dict[str, Any], *, decode_tokens: int = DEFAULT_DECODE_TOKE
     summary = {"memory": _memory_summary(kwargs)} if point.get("kind") == "memory" else _summary(config(knobs))
     if point["metric"] == SPEEDUP:  # a paper's "N x faster than <baseline>": latency ratio of two runs
         if other is not None:  # another system on the same setting ([PI2] §7.2.3's "1.84x LLM in a Flash")
-            run = {**{k: other[k] for k in RUN_KEYS if k in other},
-                   **{k: v for k, v in baseline_overrides.items() if k != "knobs"}}
-            baseline = _summary(config(baseline_overrides.get("knobs", other.get("knobs")), run))
+            baseline = _summary(config(*_run_options(other, baseline_overrides)))
         else:
             baseline = _summary(config({**(knobs or {}), **point["baseline_knobs"]}))
         summary = {SPEEDUP: baseline["latency_ms_mean"] / summary["latency_ms_mean"]}
