@@ -120,3 +120,16 @@ def test_a_point_run_analytic_gives_what_the_des_gives_for_its_metric():
         got = validation.run_point(point, decode_tokens=8)["predicted"]
         des = validation.run_point({**point, "mode": "des"}, decode_tokens=8)["predicted"]
         assert got == pytest.approx(des, rel=1e-9), point["id"]
+
+
+def test_a_points_profile_overrides_reach_its_run_and_not_the_baseline_it_names():
+    """[PI2] Table 4's I/O shares compare a run whose reads cost nothing (the point's `overrides`)
+    with the real run (its `baseline`, `overrides: {}`): the ratio is over 1 only if the overrides
+    reach the point's run and stay out of the baseline's, and it is 1 when both runs get them."""
+    point = next(p for p in validation.load_points() if p["id"] == "flash-bamboo-io-share")
+    assert point["overrides"] and point["baseline"]["overrides"] == {}
+    share = validation.run_point(point, decode_tokens=4, warmup_tokens=0)["predicted"]
+    both_free = {**point, "baseline": {**point["baseline"], "overrides": point["overrides"]}}
+    same = validation.run_point(both_free, decode_tokens=4, warmup_tokens=0)["predicted"]
+    assert share > 2.0  # the port's offloaded token is mostly waiting on flash
+    assert same == pytest.approx(1.0, rel=1e-9)
