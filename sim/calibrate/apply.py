@@ -72,8 +72,9 @@ def run_overrides(point: Mapping[str, Any], values: Mapping[Unknown, float], *, 
 
     Only the values whose scope covers the point are used; none gives ``{}`` (the run as
     published.yaml states it). ``profile_edits``: the run's own ``--set`` edits
-    (``RunConfig.overrides``), which the run applies on top, so an edited trace is made for
-    the model as the run will see it (``--set model.n_layers=16`` a 16-layer trace).
+    (``RunConfig.overrides``; default: the point's own ``overrides``), which the run applies on
+    top, so an edited trace is made for the model as the run will see it (``--set
+    model.n_layers=16`` a 16-layer trace).
     """
     from sim.profiles.edits import edit_device, edit_model
 
@@ -91,13 +92,15 @@ def run_overrides(point: Mapping[str, Any], values: Mapping[Unknown, float], *, 
     if by_kind["preset"]:
         from sim.profiles.edits import apply_overrides
 
-        model = apply_overrides("model", out.get("model", point["model"]), profile_edits or {})
+        edits = point.get("overrides") if profile_edits is None else profile_edits
+        model = apply_overrides("model", out.get("model", point["model"]), edits or {})
         out.update(_edited_trace(point, model, by_kind["preset"],
                                  decode_tokens=decode_tokens, warmup_tokens=warmup_tokens, seed=seed))
     baseline = baseline_run(point)
     if baseline is not None:  # the other system's run takes the values in its own scope
+        # its own profile edits: the point's, unless the baseline names others (Table 4's `overrides: {}`)
         out["baseline"] = run_overrides(baseline, values, decode_tokens=decode_tokens, warmup_tokens=warmup_tokens,
-                                        seed=seed, profile_edits=profile_edits)
+                                        seed=seed)
     return out
 
 

@@ -546,3 +546,13 @@ def test_one_knob_fitted_per_implementation_reaches_only_that_implementations_ru
     assert set(applicable([apple, port], table3)) == {apple}
     assert set(applicable([apple, port], port_7b)) == {port}
     assert run_overrides(port_7b, {port: 1.5}, decode_tokens=4)["knobs"]["row_move_overhead_us"] == 1.5
+
+
+def test_a_calibrated_trace_is_made_for_the_model_each_run_of_a_point_sees():
+    """A point's own profile `overrides` reach the trace a preset unknown makes for its run (a
+    4-layer model gets a 4-layer trace); its baseline, which names `overrides: {}`, gets its own."""
+    point = _points("flash-bamboo-io-share")[0]
+    point = {**point, "overrides": {**point["overrides"], "model.n_layers": 4}}
+    over = run_overrides(point, {_unknown("mistral-7b-density"): 0.12}, decode_tokens=2)
+    assert over["trace"].meta.n_layers == 4
+    assert over["baseline"]["trace"].meta.n_layers == 32
