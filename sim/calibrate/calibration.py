@@ -16,7 +16,7 @@ import copy
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,8 @@ class Calibration:
     folds: dict[str, dict[str, float]]  # source group -> values fitted without it
     meta: dict[str, Any]
     source: str = "<calibration>"
+    # per unknown at its bound, per point: its share of the pull there (FitResult.pulls)
+    pulls: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def by_unknown(self, values: Mapping[str, float]) -> dict[Unknown, float]:
         return {u: float(values[u.name]) for u in self.unknowns if u.name in values}
@@ -84,7 +86,8 @@ class Calibration:
             **self.meta,
             "points": list(self.points),
             "values": {u.name: {"value": _num(self.values[u.name]), "sigma": _num(self.sigma.get(u.name, math.nan)),
-                                "prior": list(u.prior), "unit": u.unit, "at_bound": u.name in self.at_bound}
+                                "prior": list(u.prior), "unit": u.unit, "at_bound": u.name in self.at_bound,
+                                **({"pulled_by": dict(self.pulls[u.name])} if u.name in self.pulls else {})}
                        for u in self.unknowns},
             "folds": {g: {k: _num(v) for k, v in vals.items()} for g, vals in self.folds.items()},
         }
@@ -196,7 +199,7 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
             "residuals": {i: {"before": _num(full.initial_residuals[i]), "after": _num(full.residuals[i])}
                           for i in full.points}}
     cal = Calibration(unknowns, dict(full.values), dict(full.sigma), list(full.at_bound), list(full.points), folds,
-                      meta)
+                      meta, pulls=dict(full.pulls))
     return cal, full
 
 
@@ -263,8 +266,10 @@ def from_mapping(raw: Mapping[str, Any], source: str) -> Calibration:
         s = entry.get("sigma")
         sigma[name] = float(s) if isinstance(s, int | float) else math.nan
     at_bound = [n for n, e in values_raw.items() if isinstance(e, Mapping) and e.get("at_bound")]
+    pulls = {n: {str(i): float(s) for i, s in e["pulled_by"].items() if isinstance(s, int | float)}
+             for n, e in values_raw.items() if isinstance(e, Mapping) and isinstance(e.get("pulled_by"), Mapping)}
     folds = {str(g): {str(k): float(v) for k, v in (vals or {}).items()}
              for g, vals in (raw.get("folds") or {}).items()}
     meta = {k: v for k, v in raw.items() if k not in ("version", "values", "folds", "points")}
     return Calibration(unknowns, values, sigma, at_bound, [str(p) for p in raw.get("points") or []], folds, meta,
-                       source)
+                       source, pulls)

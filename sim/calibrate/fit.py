@@ -38,6 +38,7 @@ DIFF_STEP = 0.04
 # default calibration's time).
 RESOLUTION = 1e-3
 AT_BOUND = 0.01  # within 1% of the prior's width of an end: "at its bound"
+MIN_PULL_SHARE = 0.01  # a point under 1% of the pull towards a bound is not listed
 # scipy.optimize.least_squares's losses: plain least squares, or robust ones that weigh a residual
 # beyond ROBUST_SCALE less than its square (soft_l1 and huber: like its size; cauchy and arctan:
 # ever less, so a point no value can reach stops pulling once it is far off)
@@ -72,6 +73,9 @@ class FitResult:
     # scipy's cost at the solution: half the sum of the loss over the points (what a
     # cross-validation fold compares between its starts)
     cost: float = math.nan
+    # per unknown at its bound, per point: its share of the pull towards that bound (negative:
+    # away from it); see bound_pulls
+    pulls: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def values_by_unknown(self) -> dict[Unknown, float]:
         return {u: self.values[u.name] for u in self.unknowns}
@@ -221,8 +225,11 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
                             xtol=RESOLUTION)
         x = on_grid(sol.x)  # where its residuals were evaluated
         ends = [jac0]
+        jac_x = r_x = None
         if sensitivity:
-            ends.append(jacobian(x))
+            jac_x = jacobian(x)
+            r_x = cached(x)
+            ends.append(jac_x)
             # where the folds start (the priors' centres) too, when the search began elsewhere: a fold
             # judges which unknowns its points move there, not only where a warm start and the solution lie
             centre = np.full(len(unknowns), 0.5)
@@ -246,15 +253,65 @@ def fit(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decode_toke
         sigma = {unk.name: math.nan for unk in unknowns}
     at_bound = [unk.name for unk, xi in zip(unknowns, x, strict=True)
                 if xi <= AT_BOUND or xi >= 1 - AT_BOUND or values[unk] in (unk.from_unit(0.0), unk.from_unit(1.0))]
-    warnings = [f"{name} ended at its prior's bound: a sign of a missing mechanism, not a value to trust"
-                for name in at_bound]
     ids = [str(p["id"]) for p in points]
+    pulls = ({} if jac_x is None or r_x is None else
+             bound_pulls(ids, r_x, jac_x, loss_weight(loss, r_x, f_scale), unknowns, x, at_bound))
+    warnings = [f"{name} ended at its prior's bound: a sign of a missing mechanism, not a value to trust"
+                + pull_text(pulls.get(name, {})) for name in at_bound]
     moved = np.max(np.abs(np.stack(ends)), axis=0)
     return FitResult(unknowns, {u.name: v for u, v in values.items()}, sigma, at_bound, ids,
                      dict(zip(ids, sol.fun.tolist(), strict=True)), dict(zip(ids, r0.tolist(), strict=True)),
                      evaluations, decode_tokens, warnings,
                      {i: {u.name: float(s) for u, s in zip(unknowns, row, strict=True)}
-                      for i, row in zip(ids, moved, strict=True)}, float(sol.cost))
+                      for i, row in zip(ids, moved, strict=True)}, float(sol.cost), pulls)
+
+
+def loss_weight(loss: str, r: np.ndarray, f_scale: float) -> np.ndarray:
+    """How much each residual's slope counts in the fit's gradient: scipy's rho'(z) at
+    z = (r / f_scale)^2 (1 for least squares; under a robust loss a far-off point counts less)."""
+    z = (np.asarray(r, dtype=float) / f_scale) ** 2
+    if loss == "soft_l1":
+        return 1.0 / np.sqrt(1.0 + z)
+    if loss == "huber":
+        return 1.0 / np.sqrt(np.maximum(z, 1.0))
+    if loss == "cauchy":
+        return 1.0 / (1.0 + z)
+    if loss == "arctan":
+        return 1.0 / (1.0 + z * z)
+    return np.ones_like(z)
+
+
+def bound_pulls(ids: list[str], r: np.ndarray, jac: np.ndarray, weight: np.ndarray, unknowns: list[Unknown],
+                x: np.ndarray, at_bound: list[str]) -> dict[str, dict[str, float]]:
+    """For each unknown at its bound, which points hold it there: the reader's first lead to the
+    missing mechanism. The cost's slope along unknown j is the sum over points of
+    ``weight_i * r_i * J_ij``; a point whose term points past the bound pulls the value there.
+    Each point's term is given as a share of the total pull towards the bound (negative: it
+    pulls away), points under MIN_PULL_SHARE of it left out, largest first."""
+    out: dict[str, dict[str, float]] = {}
+    for j, unk in enumerate(unknowns):
+        if unk.name not in at_bound:
+            continue
+        towards = 1.0 if x[j] < 0.5 else -1.0  # at the floor a rising cost pulls the value down
+        pull = towards * weight * r * jac[:, j]
+        total = float(pull[pull > 0].sum())
+        if total <= 0:
+            out[unk.name] = {}
+            continue
+        shares = {i: round(float(p) / total, 3) for i, p in zip(ids, pull, strict=True)
+                  if abs(p) >= MIN_PULL_SHARE * total}
+        out[unk.name] = dict(sorted(shares.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def pull_text(shares: Mapping[str, float], most: int = 3) -> str:
+    """The points pulling a value to its bound, as a warning's tail ("" when there are none)."""
+    towards = [f"{i} {s:.0%}" for i, s in shares.items() if s > 0][:most]
+    away = -sum(s for s in shares.values() if s < 0)
+    if not towards:
+        return ""
+    tail = f"; the points pulling it there (share of the pull): {', '.join(towards)}"
+    return tail + (f"; others pull back {away:.0%} as hard" if away >= 0.005 else "")
 
 
 def broyden_update(jac: np.ndarray, du: np.ndarray, dr: np.ndarray) -> np.ndarray:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 import yaml
@@ -556,3 +557,52 @@ def test_a_calibrated_trace_is_made_for_the_model_each_run_of_a_point_sees():
     over = run_overrides(point, {_unknown("mistral-7b-density"): 0.12}, decode_tokens=2)
     assert over["trace"].meta.n_layers == 4
     assert over["baseline"]["trace"].meta.n_layers == 32
+
+
+def test_a_value_held_at_its_bound_names_the_points_that_pull_it_there(monkeypatch):
+    """A point whose figure needs the value past the prior's top pulls it there; one that needs
+    it lower pulls back. The fit names the first with the whole pull and the second against it,
+    in the warning and in the calibration file, which reads it back."""
+    import sim.calibrate.evaluator as evaluator
+    from sim.calibrate.calibration import Calibration, from_mapping
+
+    points = _points("flash-opt-compute,flash-opt-total")
+    far, near = (str(p["id"]) for p in points)
+    eff = _unknown("m1-pytorch-cpu-efficiency")
+    wants = {far: (1.0, 1.3), near: (0.5, 0.6)}  # per point: slope of log(predicted), the unit value it needs
+
+    def predicted(point, values, *, decode_tokens):
+        slope, needs = wants[str(point["id"])]
+        return float(point["published"]) * math.exp(slope * (eff.to_unit(values[eff]) - needs))
+
+    monkeypatch.setattr(evaluator, "predict", predicted)
+    result = fit(points, [eff], max_evals=40, start={eff.name: eff.from_unit(0.9)})
+    assert result.at_bound == [eff.name]
+    # at the top: far's term 1.0 * 0.3 towards it, near's 0.5 * 0.2 away from it
+    assert result.pulls[eff.name] == pytest.approx({far: 1.0, near: -1 / 3}, abs=0.01)
+    assert f"{far} 100%" in result.warnings[0] and near not in result.warnings[0].split("pull back")[0]
+    cal = Calibration([eff], dict(result.values), dict(result.sigma), list(result.at_bound), list(result.points),
+                      {}, {}, pulls=dict(result.pulls))
+    assert from_mapping(cal.to_mapping(), "test").pulls == cal.pulls
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.floats(-1, 1), st.floats(-2, 2), st.floats(0.05, 1)), min_size=1, max_size=12),
+       st.booleans())
+def test_the_pull_shares_split_the_pull_towards_the_bound(terms, at_top):
+    """Shares towards the bound add up to at most 1 (all of it, less the points under the listing
+    threshold), none is over 1, and the largest is the strongest term's."""
+    from sim.calibrate.fit import bound_pulls
+
+    eff = _unknown("m1-pytorch-cpu-efficiency")
+    r, j, w = (np.array(col, dtype=float) for col in zip(*terms, strict=True))
+    ids = [f"p{i}" for i in range(len(terms))]
+    shares = bound_pulls(ids, r, j[:, None], w, [eff], np.array([1.0 if at_top else 0.0]), [eff.name])[eff.name]
+    towards = {i: s for i, s in shares.items() if s > 0}
+    assert sum(towards.values()) <= 1 + 0.001 * len(terms)
+    assert all(s <= 1 + 1e-3 for s in towards.values())
+    pull = (-1 if at_top else 1) * w * r * j
+    if (pull > 0).any():
+        assert max(towards.values()) == pytest.approx(pull.max() / pull[pull > 0].sum(), abs=1e-3)
+    else:
+        assert not towards
