@@ -42,7 +42,22 @@ def load_points() -> list[dict[str, Any]]:
     points = data.get("points")
     if not isinstance(points, list):
         raise SimError("expected a list of points", source="published.yaml", field="points")
+    for p in points:
+        if isinstance(p, dict) and "fitted" in p:
+            _check_fitted(p)
     return [_rung_knobs(p) if isinstance(p, dict) and "rung" in p else p for p in points]
+
+
+def _check_fitted(point: dict[str, Any]) -> None:
+    """``fitted: false`` keeps a point out of the calibration's default selection: scored, not
+    fitted. Only a point whose ``known_gap`` says why no value inside the priors reaches it may
+    say so; a fit to such a point moves the unknowns it reaches to their bounds and informs none."""
+    where = f"{point.get('id')}.fitted"
+    if not isinstance(point["fitted"], bool):
+        raise SimError(f"must be true or false, got {point['fitted']!r}", source="published.yaml", field=where)
+    if point["fitted"] is False and not isinstance(point.get("known_gap"), str):
+        raise SimError("false needs a known_gap saying why no value inside the priors reaches the point",
+                       source="published.yaml", field=where)
 
 
 def _rung_knobs(point: dict[str, Any]) -> dict[str, Any]:

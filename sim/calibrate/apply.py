@@ -50,6 +50,15 @@ def scope_facts(point: Mapping[str, Any]) -> dict[str, str | None]:
     return facts
 
 
+def default_points(points: list[dict[str, Any]], unknowns: list[Unknown]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The points a calibration fits when none are named: every modelled point some unknown
+    reaches, but those published.yaml marks ``fitted: false`` (whose ``known_gap`` says no value
+    inside the priors reaches them), which are returned apart, by id, to be scored, not fitted."""
+    reached = [p for p in points if p.get("modelled") is not False and applicable(unknowns, p)]
+    return ([p for p in reached if p.get("fitted", True)],
+            [str(p["id"]) for p in reached if not p.get("fitted", True)])
+
+
 def applicable(unknowns: list[Unknown], point: Mapping[str, Any]) -> list[Unknown]:
     """The unknowns whose scope covers ``point``: its own run's or, for a point that compares two
     systems, either run's (a value reaches the point if it reaches one of them)."""

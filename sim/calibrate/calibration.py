@@ -102,8 +102,12 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
               cv_max_evals: int | None = None, loss: str = "linear", workers: int = 1,
               start: Mapping[str, float] | None = None, cv_start: str = "centre",
               progress: Callable[[str, int, float], None] | None = None,
-              evaluator: Evaluator | None = None, cv_jacobian: str = "difference") -> tuple[Calibration, FitResult]:
+              evaluator: Evaluator | None = None, cv_jacobian: str = "difference",
+              not_fitted: list[str] | None = None) -> tuple[Calibration, FitResult]:
     """Fit on every point, then refit once per source group held out (leave-one-group-out).
+
+    ``not_fitted``: the ids of points the selection left out because published.yaml marks them
+    ``fitted: false``; the file lists them so a reader sees what the fit did not see.
 
     ``start`` (names to values) is where the full fit's search begins (the priors' centres
     otherwise). A fold works from the full fit's sensitivities (which unknowns move which
@@ -192,6 +196,7 @@ def calibrate(points: list[Mapping[str, Any]], unknowns: list[Unknown], *, decod
             # where the full fit began, when not at the priors' centres: the file alone reruns it
             **({"start": {u.name: _num(float(start[u.name])) for u in unknowns if u.name in start}} if start else {}),
             "evaluations": full.evaluations,
+            **({"not_fitted": list(not_fitted)} if not_fitted else {}),
             "warnings": list(full.warnings), "fold_notes": notes,
             **({"cv_start": cv_start, "cv_jacobian": cv_jacobian, "fold_starts": starts,
                 "fold_costs": {g: {k: _num(v) for k, v in c.items()} for g, c in costs.items()}}

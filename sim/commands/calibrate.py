@@ -19,7 +19,8 @@ app = typer.Typer(help="Fit the named unknowns (what no microbenchmark gives) to
 def calibrate_cmd(
     ctx: typer.Context,
     points: str | None = typer.Option(None, "--points", help="Published point ids or globs, comma-separated "
-                                      "(default: every modelled point some selected unknown reaches)."),
+                                      "(default: every modelled point some selected unknown reaches, but those "
+                                      "published.yaml marks fitted: false)."),
     params: str | None = typer.Option(None, "--params", help="Unknown names or globs, comma-separated "
                                       "(default: all; `sim calibrate params` lists them)."),
     out: Path | None = typer.Option(None, "--out", help="Write the calibration here (.yaml)."),
@@ -54,7 +55,7 @@ def calibrate_cmd(
         return
     import yaml
 
-    from sim.calibrate.apply import applicable
+    from sim.calibrate.apply import default_points
     from sim.calibrate.calibration import calibrate
     from sim.calibrate.unknowns import load_unknowns, select
     from sim.checks import check_int
@@ -88,8 +89,9 @@ def calibrate_cmd(
 
         start_values = load_calibration(start).values
     all_points = load_points()
+    left_out: list[str] = []
     if points is None:
-        chosen = [p for p in all_points if p.get("modelled") is not False and applicable(unknowns, p)]
+        chosen, left_out = default_points(all_points, unknowns)
     else:
         chosen = select(all_points, points, "point", "--points", key=lambda p: str(p["id"]))
     console = Console(stderr=True)
@@ -107,7 +109,7 @@ def calibrate_cmd(
     cal, full = calibrate(chosen, unknowns, decode_tokens=decode_tokens, max_evals=max_evals, cv_max_evals=cv_max_evals,
                           cross_validate=not no_cv, made_by=made_by, loss=loss, cv_start=cv_start,
                           cv_jacobian=cv_jacobian, workers=workers or default_workers(), start=start_values,
-                          progress=progress)
+                          progress=progress, not_fitted=left_out)
     mapping = cal.to_mapping()
     if out is not None:
         out.write_text(yaml.safe_dump(mapping, sort_keys=False, width=110, allow_unicode=True), encoding="utf-8")
@@ -127,6 +129,8 @@ def calibrate_cmd(
     out_console.print(res)
     for warning in full.warnings:
         out_console.print(f"warning: {warning}")
+    if left_out:
+        out_console.print(f"scored, not fitted (fitted: false in published.yaml): {', '.join(left_out)}")
     if out is not None:
         out_console.print(f"wrote {out}; apply it with `sim validate --calibration {out}`")
 

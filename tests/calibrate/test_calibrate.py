@@ -606,3 +606,35 @@ def test_the_pull_shares_split_the_pull_towards_the_bound(terms, at_top):
         assert max(towards.values()) == pytest.approx(pull.max() / pull[pull > 0].sum(), abs=1e-3)
     else:
         assert not towards
+
+
+def test_a_point_marked_not_fitted_is_scored_but_left_out_of_the_default_fit():
+    """published.yaml's ``fitted: false`` keeps a point out of the points a calibration fits by
+    default (returned apart, to be listed), while naming it still selects it; and the bundled
+    calibration, made with the default selection, scores it out of sample."""
+    from sim.calibrate.apply import default_points
+
+    points = load_points()
+    marked = [str(p["id"]) for p in points if p.get("fitted") is False]
+    assert marked  # the bundled data has one: [PI2] Fig. 10's 7 GB point
+    density = [_unknown("mixtral-density")]
+    chosen, left_out = default_points(points, density)
+    assert set(marked) <= set(left_out) and not set(marked) & {str(p["id"]) for p in chosen}
+    assert [str(p["id"]) for p in _points(marked[0])] == [marked[0]]
+    committed = load_calibration(None)
+    assert committed is not None and not set(marked) & set(committed.points)
+    assert committed.meta.get("not_fitted") == left_out
+    point = next(p for p in points if str(p["id"]) == marked[0])
+    assert committed.cross_validated(point) == committed.in_sample()
+
+
+@pytest.mark.parametrize("entry, says", [({"fitted": False}, "known_gap"), ({"fitted": "no"}, "true or false")])
+def test_a_point_not_fitted_without_a_reason_is_refused(monkeypatch, tmp_path, entry, says):
+    import sim.validation as validation
+
+    (tmp_path / "published.yaml").write_text(yaml.safe_dump({"version": 1, "points": [
+        {"id": "p", "source": "s", "metric": "decode_tokens_per_s", "published": 1.0, **entry}]}))
+    monkeypatch.setattr(validation, "bundled_dir", lambda folder: tmp_path)
+    with pytest.raises(SimError, match=says) as exc:
+        validation.load_points()
+    assert exc.value.field == "p.fitted"
