@@ -55,7 +55,8 @@ def _check_fitted(point: dict[str, Any]) -> None:
     where = f"{point.get('id')}.fitted"
     if not isinstance(point["fitted"], bool):
         raise SimError(f"must be true or false, got {point['fitted']!r}", source="published.yaml", field=where)
-    if point["fitted"] is False and not isinstance(point.get("known_gap"), str):
+    gap = point.get("known_gap")
+    if point["fitted"] is False and not (isinstance(gap, str) and gap.strip()):
         raise SimError("false needs a known_gap saying why no value inside the priors reaches the point",
                        source="published.yaml", field=where)
 

@@ -25,7 +25,7 @@ MUST_HOLD = {
     # ([PI2] §7.5's neuron-cache hit rate is not here: the 7B family's skew is a fitted unknown that the
     # TurboSparse-Mistral-7B points share, so the fit, not the preset, decides it (-2.4% today); nor is §7.2.1's
     # 50%-offload speed: since the context-shift share is fitted too, no preset value is set by hand to it,
-    # and the fitted values leave it 2% from the 19 GB run's speed where [PI2] has 17%: +8% today, in tolerance)
+    # and the fitted values leave it ~4% from the 19 GB run's speed where [PI2] has 17%: +2.4% today, in tolerance)
     # [PI2] §7 memory breakdown at a 7 GB budget
     "pi2-mixtral-7gb-mem-nonffn", "pi2-mixtral-7gb-mem-predictors", "pi2-mixtral-7gb-mem-scales",
     "pi2-mixtral-7gb-mem-cache",

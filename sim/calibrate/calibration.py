@@ -71,11 +71,14 @@ class Calibration:
         return self.by_unknown(self.values)
 
     def cross_validated(self, point: Mapping[str, Any]) -> dict[Unknown, float] | None:
-        """The values fitted without the point's group (None: the point was not in the fit;
-        then the in-sample values are already out of sample for it)."""
+        """The values fitted without the point's group: for a point outside the fit too when
+        the fit held its group out (a point published.yaml marks ``fitted: false`` beside
+        fitted ones, whose values the in-sample ones also learnt from), else the in-sample
+        values, already out of sample for it. None: the fit has no fold for a fitted point's
+        group."""
         group = source_group(point)
         if str(point["id"]) not in self.points:
-            return self.in_sample()
+            return self.by_unknown(self.folds[group]) if group in self.folds else self.in_sample()
         if group not in self.folds:
             return None
         return self.by_unknown(self.folds[group])

@@ -310,6 +310,9 @@ def pull_text(shares: Mapping[str, float], most: int = 3) -> str:
     away = -sum(s for s in shares.values() if s < 0)
     if not towards:
         return ""
+    if away >= 1:  # the points pull it into the prior: the search, not the points, stopped at the bound
+        return (f"; the points pull it back into the prior ({away:.0%} as hard as {', '.join(towards)} pull "
+                "it there): the search stopped at the bound, a flat or noisy cost there, not the points")
     tail = f"; the points pulling it there (share of the pull): {', '.join(towards)}"
     return tail + (f"; others pull back {away:.0%} as hard" if away >= 0.005 else "")
 

@@ -64,7 +64,9 @@ def calibrated_table(table: pd.DataFrame, calibration: Calibration, *, decode_to
         out.at[i, "error_in_sample"] = 100 * (fitted / published - 1)
         out.at[i, "predicted_cv"] = cv
         out.at[i, "error_cv"] = 100 * (cv / published - 1) if math.isfinite(cv) else math.nan
-        out.at[i, "cv_group"] = source_group(point) if str(point["id"]) in calibration.points else "(not fitted)"
+        group = source_group(point)
+        out.at[i, "cv_group"] = (group if str(point["id"]) in calibration.points
+                                 else f"{group} (not fitted)" if group in calibration.folds else "(not fitted)")
     return out
 
 

@@ -95,6 +95,10 @@ def calibrate_cmd(
     else:
         chosen = select(all_points, points, "point", "--points", key=lambda p: str(p["id"]))
     console = Console(stderr=True)
+    named_out = [str(p["id"]) for p in chosen if p.get("fitted") is False]
+    if named_out:
+        console.print(f"note: fitting {', '.join(named_out)}, which published.yaml marks fitted: false "
+                      "(see its known_gap), because --points selects it")
 
     def progress(stage: str, n: int, cost: float) -> None:
         console.print(f"[dim]{stage}: evaluation {n}, sum of squared log errors {cost:.4g}[/dim]")

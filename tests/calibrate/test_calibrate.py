@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from sim.bundled import bundled_dir
 from sim.calibrate.apply import applicable, run_overrides
-from sim.calibrate.calibration import default_path, load_calibration
+from sim.calibrate.calibration import default_path, load_calibration, source_group
 from sim.calibrate.evaluator import predict
 from sim.calibrate.fit import check_fit, fit
 from sim.calibrate.unknowns import SCOPE_KINDS, Unknown, load_unknowns, select
@@ -625,10 +625,13 @@ def test_a_point_marked_not_fitted_is_scored_but_left_out_of_the_default_fit():
     assert committed is not None and not set(marked) & set(committed.points)
     assert committed.meta.get("not_fitted") == left_out
     point = next(p for p in points if str(p["id"]) == marked[0])
-    assert committed.cross_validated(point) == committed.in_sample()
+    # held out with its group, as the fitted points of that group are: the in-sample values learnt from them
+    assert committed.cross_validated(point) == committed.by_unknown(committed.folds[source_group(point)])
 
 
-@pytest.mark.parametrize("entry, says", [({"fitted": False}, "known_gap"), ({"fitted": "no"}, "true or false")])
+@pytest.mark.parametrize("entry, says", [({"fitted": False}, "known_gap"),
+                                         ({"fitted": False, "known_gap": " "}, "known_gap"),
+                                         ({"fitted": "no"}, "true or false")])
 def test_a_point_not_fitted_without_a_reason_is_refused(monkeypatch, tmp_path, entry, says):
     import sim.validation as validation
 
@@ -638,3 +641,15 @@ def test_a_point_not_fitted_without_a_reason_is_refused(monkeypatch, tmp_path, e
     with pytest.raises(SimError, match=says) as exc:
         validation.load_points()
     assert exc.value.field == "p.fitted"
+
+
+def test_a_bound_the_points_pull_away_from_is_called_the_searchs_not_theirs():
+    """When the points pulling back outweigh those pulling towards the bound, the warning says the
+    search stopped there, not that the points hold it."""
+    from sim.calibrate.fit import pull_text
+
+    held = pull_text({"a": 1.0, "b": -0.4})
+    assert "pulling it there" in held and "a 100%" in held and "40% as hard" in held
+    released = pull_text({"a": 1.0, "b": -1.5})
+    assert "back into the prior" in released and "pulling it there" not in released
+    assert pull_text({}) == ""
