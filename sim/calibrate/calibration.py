@@ -77,11 +77,9 @@ class Calibration:
         values, already out of sample for it. None: the fit has no fold for a fitted point's
         group."""
         group = source_group(point)
-        if str(point["id"]) not in self.points:
-            return self.by_unknown(self.folds[group]) if group in self.folds else self.in_sample()
-        if group not in self.folds:
-            return None
-        return self.by_unknown(self.folds[group])
+        if group in self.folds:
+            return self.by_unknown(self.folds[group])
+        return self.in_sample() if str(point["id"]) not in self.points else None
 
     def to_mapping(self) -> dict[str, Any]:
         return {
